@@ -1,0 +1,177 @@
+"""The `ragrank` command. Each subcommand builds `Settings` from the environment and its flags,
+then hands over to one front door (server, indexing); those are imported lazily so that
+`--help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ragrank import __version__
+from ragrank.errors import RagrankError
+from ragrank.settings import PRESETS, Settings
+
+DEMO_COLLECTION = "ragrank-demo"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        code: int = args.run(args)
+    except RagrankError as exc:
+        print(f"ragrank: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragrank",
+        description="Retrieval from Qdrant with cross-encoder reranking. Every flag has a "
+        "RAGRANK_* environment variable (see the README); flags win.",
+    )
+    parser.add_argument("--version", action="version", version=f"ragrank {__version__}")
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the REST API (/v1/search, /health, /ready, /schema)",
+        description="Load the models, open Qdrant (embedded folder, or a server with "
+        "RAGRANK_QDRANT_URL) and serve the REST API.",
+    )
+    _add_common(serve)
+    _add_listen(serve)
+    serve.set_defaults(run=_serve)
+
+    index = commands.add_parser(
+        "index",
+        help="chunk, embed and upsert documents into Qdrant",
+        description="Index a JSONL file ('id' or '_id', 'text', optional 'title' and "
+        "'metadata'), a BEIR corpus.jsonl(.gz), or a folder of .txt/.md files. Re-indexing a "
+        "document overwrites its chunks (ids derive from doc id and chunk index).",
+    )
+    index.add_argument("path", type=Path, help="a .jsonl/.jsonl.gz file or a folder")
+    _add_common(index)
+    index.add_argument("--chunk-tokens", type=int, help="tokens per chunk (RAGRANK_CHUNK_TOKENS)")
+    index.add_argument("--chunk-overlap", type=int, help="tokens shared by neighbouring chunks")
+    index.add_argument(
+        "--batch-size", dest="index_batch_size", type=int, help="chunks embedded per batch"
+    )
+    index.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    index.set_defaults(run=_index)
+
+    demo = commands.add_parser(
+        "demo",
+        help="index the bundled sample corpus, show cosine vs reranked order, then serve",
+        description="Index the bundled multilingual sample (124 short documents, 16 labelled "
+        f"queries) into the collection '{DEMO_COLLECTION}', print a few queries in cosine and "
+        "in reranked order, then serve the API. --preset auto picks 'small' models on a "
+        "machine without CUDA.",
+    )
+    _add_common(demo, preset_default="auto")
+    _add_listen(demo)
+    demo.add_argument(
+        "--no-serve", action="store_true", help="exit after the examples instead of serving"
+    )
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def _add_common(parser: argparse.ArgumentParser, preset_default: str | None = None) -> None:
+    group = parser.add_argument_group("models and store")
+    group.add_argument(
+        "--preset",
+        choices=[*PRESETS, *(["auto"] if preset_default else [])],
+        default=preset_default,
+        help="model pair: "
+        + "; ".join(f"{name} = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items())
+        + ". Explicit RAGRANK_EMBED_MODEL/RAGRANK_RERANK_MODEL still win.",
+    )
+    group.add_argument("--embed-model", help="hub id or local folder (RAGRANK_EMBED_MODEL)")
+    group.add_argument("--rerank-model", help="hub id or local folder (RAGRANK_RERANK_MODEL)")
+    group.add_argument("--qdrant-path", type=Path, help="embedded Qdrant folder")
+    group.add_argument("--qdrant-url", help="a Qdrant server, e.g. http://localhost:6333")
+    group.add_argument("--collection", help="Qdrant collection name")
+    group.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+
+
+def _add_listen(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="interface to listen on (RAGRANK_HOST, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (RAGRANK_PORT, 8000)")
+
+
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Environment first, then every flag the user gave."""
+    names = (
+        "embed_model",
+        "rerank_model",
+        "qdrant_path",
+        "qdrant_url",
+        "collection",
+        "device",
+        "host",
+        "port",
+        "chunk_tokens",
+        "chunk_overlap",
+        "index_batch_size",
+    )
+    flags = {name: getattr(args, name, None) for name in names}
+    return Settings.from_env(preset=getattr(args, "preset", None), **flags, **extra)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server import Services, create_app
+
+    settings = settings_from_args(args)
+    services = Services.load(settings)
+    try:
+        uvicorn.run(create_app(settings, services=services), host=settings.host, port=settings.port)
+    finally:
+        services.store.close()
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from indexing import Indexer, read_documents
+    from ragrank.models import SentenceTransformerEmbedder
+    from ragrank.store import QdrantStore
+
+    settings = settings_from_args(args)
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    store = QdrantStore.from_settings(settings)
+    try:
+        indexer = Indexer.from_settings(settings, embedder, store)
+        summary = indexer.index(read_documents(args.path), progress=not args.no_progress)
+    finally:
+        store.close()
+    print(summary)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from server.demo import run_demo
+
+    if args.preset == "auto":
+        import torch
+
+        args.preset = "default" if torch.cuda.is_available() else "small"
+    if args.collection is None and "RAGRANK_COLLECTION" not in os.environ:
+        args.collection = DEMO_COLLECTION
+    run_demo(settings_from_args(args), serve=not args.no_serve)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

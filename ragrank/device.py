@@ -1,0 +1,30 @@
+"""Choosing the torch device and dtype from the `device` and `dtype` settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ragrank.errors import SettingsError
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: str
+    dtype: torch.dtype
+
+
+def resolve_placement(device: str = "auto", dtype: str = "auto") -> Placement:
+    """`auto` picks CUDA with fp16 when present, else the CPU in fp32."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SettingsError(f"RAGRANK_DEVICE={device} but CUDA is not available here")
+    if dtype == "auto":
+        return Placement(device, torch.float16 if device.startswith("cuda") else torch.float32)
+    if dtype not in _DTYPES:
+        raise SettingsError(f"RAGRANK_DTYPE must be one of auto, {', '.join(_DTYPES)}")
+    return Placement(device, _DTYPES[dtype])

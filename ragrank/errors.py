@@ -1,0 +1,49 @@
+"""The exception hierarchy every part of ragrank raises; the server maps it to HTTP statuses."""
+
+from __future__ import annotations
+
+
+class RagrankError(Exception):
+    """Base class: a problem ragrank can explain to its user."""
+
+    code = "internal_error"
+
+
+class SettingsError(RagrankError):
+    """A setting is missing or malformed; the message names the environment variable."""
+
+    code = "invalid_settings"
+
+
+class ModelLoadError(RagrankError):
+    """A model could not be loaded; the message names the model and the setting to change."""
+
+    code = "model_unavailable"
+
+
+class StoreError(RagrankError):
+    """Qdrant is unreachable or refused an operation."""
+
+    code = "store_unavailable"
+
+
+class CollectionMismatchError(StoreError):
+    """The collection exists with another vector size or distance than the model needs."""
+
+    code = "collection_mismatch"
+
+
+class DocumentError(RagrankError):
+    """An input document is malformed; the message names the source and the line."""
+
+    code = "invalid_document"
+
+
+class InvalidRequestError(RagrankError):
+    """Well-formed JSON that breaks a rule spanning fields (e.g. top_k > candidates)."""
+
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

@@ -1,0 +1,225 @@
+"""The two model roles: an embedder (bi-encoder) and a scorer (cross-encoder).
+
+Each role is a small Protocol so the server, the indexer and the tests can swap in fakes; the real
+implementations load through sentence-transformers, by hub id or local folder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from ragrank.device import Placement, resolve_placement
+from ragrank.errors import ModelLoadError
+from ragrank.settings import Settings, env_name
+
+log = logging.getLogger(__name__)
+
+Vectors = NDArray[np.float32]
+TokenSpans = list[tuple[int, int]]
+
+
+class Embedder(Protocol):
+    """Turns text into L2-normalised vectors, applying the query or passage prefix by role."""
+
+    model_id: str
+    dimension: int
+    #: Token limit of one input, prefix included.
+    max_length: int
+    query_prefix: str
+    passage_prefix: str
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors: ...
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors: ...
+
+    def token_spans(self, text: str) -> TokenSpans:
+        """Character (start, end) of each token of `text`, special tokens excluded."""
+        ...
+
+
+class Scorer(Protocol):
+    """A cross-encoder: one relevance logit per (query, passage) pair."""
+
+    model_id: str
+
+    def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]: ...
+
+
+def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
+    """Sigmoid of the logits, computed in float64 so large logits do not saturate early."""
+    return np.asarray(1.0 / (1.0 + np.exp(-logits.astype(np.float64))), dtype=np.float64)
+
+
+_Model = TypeVar("_Model")
+
+
+def _load(role: str, model_id: str, setting: str, loader: Callable[[str], _Model]) -> _Model:
+    """Load a model by local path or hub id, turning every failure into a `ModelLoadError`."""
+    local = Path(model_id).expanduser()
+    if model_id.startswith((".", "/", "~")) and not local.exists():
+        raise ModelLoadError(
+            f"The {role} model folder {model_id!r} does not exist. "
+            f"Set {setting} to a model folder or a Hugging Face model id."
+        )
+    source = str(local) if local.exists() else model_id
+    try:
+        return loader(source)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"Could not load the {role} model {model_id!r}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''} "
+            f"If the Hugging Face Hub is unreachable and the model is not cached, download it "
+            f"elsewhere and set {setting} to its local folder (or point HF_HOME at a cache "
+            f"that holds it)."
+        ) from exc
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers bi-encoder with role prefixes and normalised output."""
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        query_prefix: str,
+        passage_prefix: str,
+        placement: Placement,
+        batch_size: int = 32,
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        def loader(source: str) -> SentenceTransformer:
+            return SentenceTransformer(
+                source, device=placement.device, model_kwargs={"dtype": placement.dtype}
+            )
+
+        self._model = _load("embedding", model_id, env_name("embed_model"), loader)
+        self.model_id = model_id
+        dimension = self._model.get_embedding_dimension()
+        if dimension is None:
+            raise ModelLoadError(f"The embedding model {model_id!r} reports no dimension")
+        self.dimension: int = int(dimension)
+        limit = self._model.max_seq_length
+        if limit is None:
+            limit = int(getattr(self._model.tokenizer, "model_max_length", 512))
+        self.max_length: int = min(int(limit), 100_000)
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self._batch_size = batch_size
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
+        return cls(
+            settings.embed_model,
+            query_prefix=settings.query_prefix or "",
+            passage_prefix=settings.passage_prefix or "",
+            placement=resolve_placement(settings.device, settings.dtype),
+            batch_size=settings.embed_batch_size,
+        )
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        return self._encode([self.query_prefix + t for t in texts])
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        return self._encode([self.passage_prefix + t for t in texts])
+
+    def token_spans(self, text: str) -> TokenSpans:
+        encoded = self._model.tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, truncation=False
+        )
+        return [(int(s), int(e)) for s, e in encoded["offset_mapping"]]
+
+    def _encode(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self._model.encode(
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class CrossEncoderScorer:
+    """A one-logit cross-encoder run batch by batch under `torch.inference_mode()`.
+
+    The forward pass is written out (rather than `CrossEncoder.predict`) so that the logits are
+    read in float32 whatever dtype the model runs in.
+    """
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        placement: Placement,
+        batch_size: int = 16,
+        max_length: int = 512,
+    ) -> None:
+        from sentence_transformers import CrossEncoder
+
+        def loader(source: str) -> CrossEncoder:
+            encoder: CrossEncoder = CrossEncoder(
+                source,
+                device=placement.device,
+                max_length=max_length,
+                model_kwargs={"dtype": placement.dtype},
+            )
+            return encoder
+
+        encoder = _load("reranking", model_id, env_name("rerank_model"), loader)
+        if encoder.num_labels != 1:
+            raise ModelLoadError(
+                f"The reranking model {model_id!r} has {encoder.num_labels} output labels; "
+                f"ragrank needs a one-logit cross-encoder. Set {env_name('rerank_model')}."
+            )
+        model = encoder.transformers_model
+        if model is None:
+            raise ModelLoadError(
+                f"The reranking model {model_id!r} is not a transformers model; "
+                f"set {env_name('rerank_model')} to a Hugging Face cross-encoder."
+            )
+        self.model_id = model_id
+        model.train(False)
+        self._model = model
+        self._tokenizer = encoder.tokenizer
+        model_limit = int(getattr(self._tokenizer, "model_max_length", max_length) or max_length)
+        self.max_length = min(max_length, model_limit)
+        self._device = placement.device
+        self._batch_size = batch_size
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CrossEncoderScorer:
+        return cls(
+            settings.rerank_model,
+            placement=resolve_placement(settings.device, settings.dtype),
+            batch_size=settings.rerank_batch_size,
+            max_length=settings.rerank_max_length,
+        )
+
+    def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
+        logits = np.zeros(len(passages), dtype=np.float32)
+        # Length-sorted batches waste less compute on padding.
+        order = sorted(range(len(passages)), key=lambda i: len(passages[i]))
+        with torch.inference_mode():
+            for start in range(0, len(order), self._batch_size):
+                batch = order[start : start + self._batch_size]
+                features = self._tokenizer(
+                    [query] * len(batch),
+                    [passages[i] for i in batch],
+                    padding=True,
+                    truncation="longest_first",
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                ).to(self._device)
+                output = self._model(**features).logits.float().view(-1)
+                logits[batch] = output.cpu().numpy()
+        return logits

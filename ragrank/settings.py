@@ -1,0 +1,154 @@
+"""One frozen settings object, built from `RAGRANK_*` environment variables and CLI flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragrank.errors import SettingsError
+
+ENV_PREFIX = "RAGRANK_"
+
+DEFAULT_EMBED_MODEL = "intfloat/multilingual-e5-base"
+DEFAULT_RERANK_MODEL = "BAAI/bge-reranker-v2-m3"
+
+#: Model presets. `small` suits machines without a GPU; `default` is the production pair.
+PRESETS: dict[str, tuple[str, str]] = {
+    "default": (DEFAULT_EMBED_MODEL, DEFAULT_RERANK_MODEL),
+    "small": ("intfloat/multilingual-e5-small", "cross-encoder/mmarco-mMiniLMv2-L12-H384-v1"),
+}
+
+
+def default_prefixes(embed_model: str) -> tuple[str, str]:
+    """The (query, passage) prefixes a model was trained with: e5 models take role prefixes."""
+    if "e5" in embed_model.lower():
+        return "query: ", "passage: "
+    return "", ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Every knob of ragrank. Each field `name` is read from the variable `RAGRANK_<NAME>`."""
+
+    embed_model: str = DEFAULT_EMBED_MODEL
+    rerank_model: str = DEFAULT_RERANK_MODEL
+    #: None means "derive from the embedding model's name" (see `default_prefixes`); an empty
+    #: variable means no prefix.
+    query_prefix: str | None = field(default=None, metadata={"empty_is_value": True})
+    passage_prefix: str | None = field(default=None, metadata={"empty_is_value": True})
+
+    qdrant_path: Path = Path("ragrank-data/qdrant")
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = field(default=None, repr=False)
+    collection: str = "ragrank"
+
+    device: str = "auto"
+    dtype: str = "auto"
+    embed_batch_size: int = 32
+    rerank_batch_size: int = 16
+    rerank_max_length: int = 512
+
+    chunk_tokens: int = 256
+    chunk_overlap: int = 32
+    index_batch_size: int = 64
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    def __post_init__(self) -> None:
+        # An empty variable (as compose files pass them) means "not set".
+        for name in ("qdrant_url", "qdrant_api_key"):
+            if getattr(self, name) == "":
+                object.__setattr__(self, name, None)
+        query, passage = default_prefixes(self.embed_model)
+        if self.query_prefix is None:
+            object.__setattr__(self, "query_prefix", query)
+        if self.passage_prefix is None:
+            object.__setattr__(self, "passage_prefix", passage)
+        for name in (
+            "embed_batch_size",
+            "rerank_batch_size",
+            "rerank_max_length",
+            "chunk_tokens",
+            "index_batch_size",
+        ):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{env_name(name)} must be at least 1")
+        if not 0 <= self.chunk_overlap < self.chunk_tokens:
+            raise SettingsError(
+                f"{env_name('chunk_overlap')} must be >= 0 and below {env_name('chunk_tokens')}"
+            )
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"{env_name('port')} must be between 1 and 65535")
+        if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
+            raise SettingsError(
+                f"{env_name('dtype')} must be one of auto, float32, float16, bfloat16"
+            )
+
+    @property
+    def uses_embedded_qdrant(self) -> bool:
+        return self.qdrant_url is None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read `RAGRANK_*` variables; keyword overrides (CLI flags) win, `None` ones are ignored.
+
+        `RAGRANK_PRESET` (or the `preset` override) picks a model pair from `PRESETS`; an explicit
+        model variable or flag still wins over the preset.
+        """
+        environ = os.environ if environ is None else environ
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        preset = overrides.pop("preset", None) or environ.get(ENV_PREFIX + "PRESET")
+        if preset:
+            if preset not in PRESETS:
+                raise SettingsError(
+                    f"{ENV_PREFIX}PRESET must be one of {', '.join(PRESETS)}, got {preset!r}"
+                )
+            values["embed_model"], values["rerank_model"] = PRESETS[preset]
+        for f in dataclasses.fields(cls):
+            raw = environ.get(env_name(f.name))
+            if raw is not None:
+                keep_empty = f.metadata.get("empty_is_value", False)
+                values[f.name] = raw if keep_empty else _convert(f.name, raw, hints[f.name])
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def settings_table() -> list[tuple[str, str]]:
+    """(variable, default) pairs, for docs and for checks that a variable name is real."""
+    return [
+        (env_name(f.name), "" if f.default is None else str(f.default))
+        for f in dataclasses.fields(Settings)
+    ]
+
+
+def _convert(name: str, raw: str, kind: Any) -> Any:
+    args = set(typing.get_args(kind))
+    optional = type(None) in args
+    base = next(iter(args - {type(None)}), kind) if args else kind
+    if optional and raw == "":
+        return None
+    try:
+        if base is int:
+            return int(raw)
+        if base is Path:
+            return Path(raw).expanduser()
+        return raw
+    except ValueError:
+        raise SettingsError(f"{env_name(name)} must be an integer, got {raw!r}") from None
