@@ -1,0 +1,97 @@
+"""`ragrank demo`: index the bundled sample, show cosine vs reranked order, then serve."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+from eval.beir import BeirDataset, load_beir
+from indexing import Indexer
+from ragrank import SAMPLE_DATASET
+from ragrank.device import resolve_placement
+from ragrank.settings import Settings
+from server.app import create_app
+from server.services import SearchOutcome, SearchService, Services
+
+#: Queries shown by the demo: English, French and Japanese, with labelled answers.
+EXAMPLE_QUERIES = ("q04", "q08", "q13")
+
+
+def run_demo(settings: Settings, *, serve: bool, console: Console | None = None) -> None:
+    console = console or Console()
+    placement = resolve_placement(settings.device, settings.dtype)
+    store_place = settings.qdrant_url or f"embedded Qdrant in {settings.qdrant_path}"
+    dtype = str(placement.dtype).removeprefix("torch.")
+    console.print(
+        f"[bold]ragrank demo[/] on {placement.device} ({dtype})\n"
+        f"  embedder: {settings.embed_model}\n  reranker: {settings.rerank_model}\n"
+        f"  store:    {store_place}, collection '{settings.collection}'\n"
+        "Loading models (the first run downloads them from the Hugging Face Hub)..."
+    )
+    started = time.perf_counter()
+    services = Services.load(settings)
+    console.print(f"Models loaded in {time.perf_counter() - started:.1f} s.")
+    try:
+        dataset = load_beir(SAMPLE_DATASET)
+        indexer = Indexer.from_settings(settings, services.embedder, services.store)
+        console.print(str(indexer.index(dataset.corpus.values())))
+        asyncio.run(_show_examples(services, dataset, console))
+        base = f"http://{settings.host}:{settings.port}"
+        console.print(
+            "\nTry your own query:\n"
+            f"  curl -s {base}/v1/search -H 'Content-Type: application/json' "
+            '-d \'{"query": "How do heat pumps work?", "top_k": 5}\'\n'
+            f"OpenAPI: {base}/schema   Readiness: {base}/ready"
+        )
+        if serve:
+            import uvicorn
+
+            uvicorn.run(
+                create_app(settings, services=services), host=settings.host, port=settings.port
+            )
+    finally:
+        services.store.close()
+
+
+async def _show_examples(services: Services, dataset: BeirDataset, console: Console) -> None:
+    search = SearchService(services)
+    try:
+        for query_id in EXAMPLE_QUERIES:
+            query = dataset.queries[query_id]
+            relevant = dataset.qrels.get(query_id, {})
+            cosine = await search.search(query, top_k=5, candidates=20, rerank=False)
+            reranked = await search.search(query, top_k=5, candidates=20, rerank=True)
+            console.print(_comparison(query, cosine, reranked, relevant))
+    finally:
+        search.close()
+
+
+def _comparison(
+    query: str, cosine: SearchOutcome, reranked: SearchOutcome, labels: Mapping[str, int]
+) -> Table:
+    timings = reranked.timings_ms
+    table = Table(
+        title=f"{query}  (✓ = labelled relevant; reranking 20 candidates took "
+        f"{timings['rerank']:.0f} ms, the whole query {timings['total']:.0f} ms)",
+        title_justify="left",
+    )
+    table.add_column("#", justify="right")
+    table.add_column("cosine order")
+    table.add_column("cosine", justify="right")
+    table.add_column("reranked order")
+    table.add_column("rerank", justify="right")
+    for rank in range(max(len(cosine.hits), len(reranked.hits))):
+        row = [str(rank + 1)]
+        for outcome in (cosine, reranked):
+            if rank < len(outcome.hits):
+                hit = outcome.hits[rank]
+                mark = "✓ " if labels.get(hit.candidate.chunk.doc_id, 0) > 0 else "  "
+                row += [f"{mark}{hit.candidate.chunk.title}", f"{hit.score:.3f}"]
+            else:
+                row += ["", ""]
+        table.add_row(*row)
+    return table

@@ -1,0 +1,83 @@
+"""One map from exceptions to JSON error bodies `{"error": {"code", "message", "field"?}}`."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import (
+    HTTP_400_BAD_REQUEST,
+    HTTP_500_INTERNAL_SERVER_ERROR,
+    HTTP_503_SERVICE_UNAVAILABLE,
+)
+
+from ragrank.errors import InvalidRequestError, ModelLoadError, RagrankError, StoreError
+from server.schemas import ErrorDetail, ErrorResponse
+
+log = logging.getLogger("ragrank.server")
+
+_NAMED_FIELD = re.compile(r"field `([^`]+)`")
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "too_many_requests",
+}
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> Response[Any]:
+    body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
+    return Response(body, status_code=status, media_type=MediaType.JSON)
+
+
+def validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    """Litestar's body validation (msgspec types with limits) → 400 naming the field."""
+    problems = exc.extra if isinstance(exc.extra, list) else []
+    first = problems[0] if problems and isinstance(problems[0], dict) else {}
+    message = str(first.get("message") or exc.detail)
+    field = str(first.get("key") or "")
+    if field in ("", "data"):
+        # Unknown and missing fields are reported on the whole body; msgspec names them.
+        named = _NAMED_FIELD.search(message)
+        field = named.group(1) if named else ""
+    field = field.removesuffix("[...]")
+    if field:
+        message = f"{field}: {message}"
+    return _error(HTTP_400_BAD_REQUEST, "invalid_request", message, field or None)
+
+
+def invalid_request(_: Request[Any, Any, Any], exc: InvalidRequestError) -> Response[Any]:
+    return _error(HTTP_400_BAD_REQUEST, exc.code, str(exc), exc.field)
+
+
+def unavailable(_: Request[Any, Any, Any], exc: RagrankError) -> Response[Any]:
+    log.warning("service unavailable: %s", exc)
+    return _error(HTTP_503_SERVICE_UNAVAILABLE, exc.code, str(exc))
+
+
+def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    return _error(exc.status_code, code, str(exc.detail))
+
+
+def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    # The trace goes to the log only: clients never see paths, code or secrets.
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _error(HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "internal server error")
+
+
+EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
+    ValidationException: validation_error,
+    InvalidRequestError: invalid_request,
+    StoreError: unavailable,
+    ModelLoadError: unavailable,
+    HTTPException: http_error,
+    Exception: internal_error,
+}
