@@ -1,0 +1,1 @@
+"""Offline evaluation on BEIR-format collections."""

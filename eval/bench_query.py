@@ -1,0 +1,85 @@
+"""Per-query latency of /v1/search's pipeline (embed, retrieve, rerank) on the bundled sample.
+
+    python -m eval.bench_query --candidates 20 50 --repeat 3
+
+Models and device come from the usual RAGRANK_* settings. The sample is indexed into a
+temporary embedded Qdrant, then every sample query runs `--repeat` times per candidate count,
+through the same `SearchService` the server uses. Prints the median and p95 of each stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eval.beir import load_beir
+from indexing import Indexer
+from ragrank import SAMPLE_DATASET
+from ragrank.device import resolve_placement
+from ragrank.settings import Settings
+from server.services import SearchService, Services
+
+STAGES = ("embed", "retrieve", "rerank", "total")
+
+
+async def _measure(
+    service: SearchService, queries: list[str], candidates: int, repeat: int
+) -> dict[str, list[float]]:
+    timings: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    await service.search(queries[0], top_k=1, candidates=candidates, rerank=True)  # warm-up
+    for _ in range(repeat):
+        for query in queries:
+            outcome = await service.search(
+                query, top_k=min(10, candidates), candidates=candidates, rerank=True
+            )
+            for stage in STAGES:
+                timings[stage].append(outcome.timings_ms[stage])
+    return timings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench_query", description=__doc__)
+    parser.add_argument("--candidates", type=int, nargs="+", default=[20, 50])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as folder:
+        settings = Settings.from_env(qdrant_path=Path(folder), qdrant_url="", collection="bench")
+        placement = resolve_placement(settings.device, settings.dtype)
+        services = Services.load(settings)
+        dataset = load_beir(SAMPLE_DATASET)
+        summary = Indexer.from_settings(settings, services.embedder, services.store).index(
+            dataset.corpus.values(), progress=False
+        )
+        queries = list(dataset.queries.values())
+        service = SearchService(services)
+        print(
+            f"embedder {settings.embed_model} | reranker {settings.rerank_model}\n"
+            f"device {placement.device} {placement.dtype} | torch threads "
+            f"{torch.get_num_threads()} | {platform.processor() or platform.machine()}\n"
+            f"{summary}; {len(queries)} queries x {args.repeat}"
+        )
+        print(f"{'candidates':>10} " + " ".join(f"{s + ' p50/p95 ms':>22}" for s in STAGES))
+        try:
+            for candidates in args.candidates:
+                timings = asyncio.run(_measure(service, queries, candidates, args.repeat))
+                cells = [
+                    f"{np.percentile(timings[s], 50):>10.1f} / {np.percentile(timings[s], 95):>8.1f}"
+                    for s in STAGES
+                ]
+                print(f"{candidates:>10} " + " ".join(f"{c:>22}" for c in cells))
+        finally:
+            service.close()
+            services.store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Shape-identical models with random weights, for latency measurements where the real weights
+cannot be downloaded, and for tests. Their outputs mean nothing: never use them for quality.
+
+    python -m eval.random_models embedder CONFIG_DIR TOKENIZER OUT_DIR
+    python -m eval.random_models reranker CONFIG_DIR TOKENIZER OUT_DIR
+
+CONFIG_DIR holds the real `config.json`; TOKENIZER is a `tokenizer.json` (or `.json.gz`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+ModelKind = Literal["embedder", "reranker"]
+
+#: XLM-R's special tokens, shared by multilingual-e5 and bge-reranker-v2-m3.
+SPECIAL_TOKENS = {
+    "bos_token": "<s>",
+    "cls_token": "<s>",
+    "eos_token": "</s>",
+    "sep_token": "</s>",
+    "pad_token": "<pad>",
+    "unk_token": "<unk>",
+    "mask_token": "<mask>",
+}
+
+
+def load_tokenizer(tokenizer_file: Path, folder: Path, max_length: int = 512) -> Any:
+    """A fast tokenizer from a `tokenizer.json(.gz)`, unpacked into `folder`."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    unpacked = folder / "tokenizer.json"
+    if tokenizer_file.resolve() != unpacked.resolve():
+        opener: Any = gzip.open if tokenizer_file.suffix == ".gz" else open
+        with opener(tokenizer_file, "rb") as source, unpacked.open("wb") as target:
+            shutil.copyfileobj(source, target)
+    return PreTrainedTokenizerFast(
+        tokenizer_file=str(unpacked), model_max_length=max_length, **SPECIAL_TOKENS
+    )
+
+
+def save_random_model(kind: ModelKind, config: Any, tokenizer: Any, out: Path) -> Path:
+    """Save a randomly initialised model: a sentence-transformers folder (transformer + mean
+    pooling, as multilingual-e5 is built) or a one-logit sequence classifier."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    if kind == "reranker":
+        config.num_labels = 1
+        AutoModelForSequenceClassification.from_config(config).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
+    raw = out.with_name(out.name + "-hf")
+    AutoModel.from_config(config).save_pretrained(raw)
+    tokenizer.save_pretrained(raw)
+    # A folder without modules.json loads as Transformer + mean pooling.
+    SentenceTransformer(str(raw), device="cpu").save(str(out))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from transformers import AutoConfig
+
+    parser = argparse.ArgumentParser(prog="python -m eval.random_models", description=__doc__)
+    parser.add_argument("kind", choices=["embedder", "reranker"])
+    parser.add_argument("config_dir", type=Path)
+    parser.add_argument("tokenizer", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--max-length", type=int, default=512)
+    args = parser.parse_args(argv)
+    tokenizer = load_tokenizer(args.tokenizer, args.out.with_name(args.out.name + "-tok"),
+                               args.max_length)
+    config = AutoConfig.from_pretrained(args.config_dir)
+    print(save_random_model(args.kind, config, tokenizer, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
