@@ -1,0 +1,136 @@
+"""Session fixtures: tiny randomly initialised models saved to disk and loaded by path through
+the same code users run, so the suite needs no network."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from eval.random_models import load_tokenizer, save_random_model
+
+from ragrank import SAMPLE_DATASET
+from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.settings import Settings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("RAGRANK_SHARED_DIR", REPO.parent / "shared"))
+SHARED_MODELS = SHARED / "models"
+SHARED_DATA = SHARED / "data"
+
+def build_tokenizer(folder: Path, *, use_shared: bool = True):
+    """The real XLM-R tokenizer from ../shared when present, else one trained on the sample."""
+    packed = SHARED_MODELS / "xlm-roberta-tokenizer" / "tokenizer.json.gz"
+    if use_shared and packed.exists():
+        return load_tokenizer(packed, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _train_tokenizer().save(str(folder / "tokenizer.json"))
+    return load_tokenizer(folder / "tokenizer.json", folder)
+
+
+def _train_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    texts = [
+        json.loads(line)["text"]
+        for line in (SAMPLE_DATASET / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tokenizer.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=3000, special_tokens=specials)
+    )
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>",
+        pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("<s>", "</s>")],
+    )
+    return tokenizer
+
+
+def _tiny_config(tokenizer):
+    from transformers import XLMRobertaConfig
+
+    return XLMRobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def build_tiny_embedder(folder: Path, *, use_shared: bool = True) -> Path:
+    """An e5-shaped (XLM-R) bi-encoder with mean pooling, saved for sentence-transformers."""
+    tokenizer = build_tokenizer(folder.with_name(folder.name + "-tok"), use_shared=use_shared)
+    return save_random_model("embedder", _tiny_config(tokenizer), tokenizer, folder)
+
+
+def build_tiny_reranker(folder: Path, *, use_shared: bool = True) -> Path:
+    """A bge-reranker-shaped (XLM-R, one logit) cross-encoder."""
+    tokenizer = build_tokenizer(folder.with_name(folder.name + "-tok"), use_shared=use_shared)
+    return save_random_model("reranker", _tiny_config(tokenizer), tokenizer, folder)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny_embedder_path(model_dir: Path) -> Path:
+    # "e5" in the folder name: the settings derive the query:/passage: prefixes from it.
+    return build_tiny_embedder(model_dir / "tiny-multilingual-e5")
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_path(model_dir: Path) -> Path:
+    return build_tiny_reranker(model_dir / "tiny-bge-reranker")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, tiny_embedder_path: Path, tiny_reranker_path: Path) -> Settings:
+    return Settings(
+        embed_model=str(tiny_embedder_path),
+        rerank_model=str(tiny_reranker_path),
+        qdrant_path=tmp_path / "qdrant",
+        collection="test",
+        device="cpu",
+        chunk_tokens=64,
+        chunk_overlap=8,
+    )
+
+
+@pytest.fixture(scope="session")
+def embedder(tiny_embedder_path: Path) -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder.from_settings(
+        Settings(embed_model=str(tiny_embedder_path), device="cpu")
+    )
+
+
+@pytest.fixture(scope="session")
+def scorer(tiny_reranker_path: Path) -> CrossEncoderScorer:
+    return CrossEncoderScorer.from_settings(
+        Settings(rerank_model=str(tiny_reranker_path), device="cpu")
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

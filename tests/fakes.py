@@ -1,0 +1,59 @@
+"""Protocol fakes for the two model roles: deterministic, instant, no torch."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragrank.models import TokenSpans
+
+_WORD = re.compile(r"\S+")
+
+
+class FakeEmbedder:
+    """Bag-of-words hashing into 64 dimensions: texts sharing words get similar vectors."""
+
+    model_id = "fake-embedder"
+    dimension = 64
+    max_length = 512
+    query_prefix = "query: "
+    passage_prefix = "passage: "
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def embed_queries(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self._embed([self.query_prefix + t for t in texts])
+
+    def embed_passages(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self._embed([self.passage_prefix + t for t in texts])
+
+    def token_spans(self, text: str) -> TokenSpans:
+        return [(m.start(), m.end()) for m in _WORD.finditer(text)]
+
+    def _embed(self, texts: list[str]) -> NDArray[np.float32]:
+        self.seen.extend(texts)
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split()[1:]:  # skip the role prefix
+                digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
+                vectors[row, int.from_bytes(digest, "little") % self.dimension] += 1.0
+            vectors[row, 0] += 1e-3  # never a zero vector
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+class FakeScorer:
+    """Scores a passage by its length, so the reranked order is known in advance."""
+
+    model_id = "fake-scorer"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
+        self.calls.append((query, list(passages)))
+        return np.array([len(p) / 20.0 - 3.0 for p in passages], dtype=np.float32)

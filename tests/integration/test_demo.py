@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import re
+
+from ragrank.cli import main
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore
+
+
+def test_demo_indexes_the_sample_and_shows_both_orders(settings: Settings, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    argv = [
+        "demo",
+        "--no-serve",
+        "--embed-model",
+        settings.embed_model,
+        "--rerank-model",
+        settings.rerank_model,
+        "--device",
+        "cpu",
+        "--qdrant-path",
+        str(settings.qdrant_path),
+        "--port",
+        "8123",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "indexed 124 documents" in out
+    assert out.count("cosine order") == 3 and out.count("reranked order") == 3
+    assert "Qui a inventé l'imprimerie" in out
+    assert re.search(r"✓ ", out), "labelled relevant documents are marked"
+    assert "curl -s http://127.0.0.1:8123/v1/search" in out
+    store = QdrantStore.from_settings(settings.replace(collection="ragrank-demo"))
+    try:
+        assert store.count() >= 124
+    finally:
+        store.close()

@@ -1,0 +1,120 @@
+"""End to end: the sample corpus, tiny models, embedded Qdrant, searched over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import numpy as np
+import pytest
+from litestar.testing import AsyncTestClient
+
+from eval.beir import load_beir
+from indexing import Indexer
+from ragrank import SAMPLE_DATASET
+from ragrank.models import relevance
+from ragrank.settings import Settings
+from server import Services, create_app
+
+QUERY = "Why can't Python threads use several CPU cores?"
+
+
+@pytest.fixture
+def services(settings: Settings) -> Iterator[Services]:
+    services = Services.load(settings)
+    Indexer.from_settings(settings, services.embedder, services.store).index(
+        load_beir(SAMPLE_DATASET).corpus.values(), progress=False
+    )
+    yield services
+    services.store.close()
+
+
+@pytest.fixture
+async def client(settings: Settings, services: Services) -> AsyncIterator[AsyncTestClient]:
+    async with AsyncTestClient(app=create_app(settings, services=services)) as client:
+        yield client
+
+
+async def _search(client: AsyncTestClient, **body: object) -> dict:
+    response = await client.post("/v1/search", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_search_returns_top_k_hits_with_every_field_and_timings(client):
+    body = await _search(client, query=QUERY, top_k=7, candidates=30)
+    results = body["results"]
+    assert len(results) == 7
+    assert [hit["rank"] for hit in results] == list(range(1, 8))
+    for hit in results:
+        assert set(hit) == {
+            "rank",
+            "doc_id",
+            "chunk",
+            "text",
+            "title",
+            "metadata",
+            "score",
+            "retrieval_score",
+        }
+        assert hit["text"] and hit["doc_id"] and "lang" in hit["metadata"]
+        assert 0.0 <= hit["score"] <= 1.0
+        assert -1.0 <= hit["retrieval_score"] <= 1.0
+    assert body["reranked"] is True
+    timings = body["timings_ms"]
+    assert set(timings) == {"embed", "retrieve", "rerank", "total"}
+    assert all(value >= 0 for value in timings.values())
+    assert timings["total"] >= timings["embed"] + timings["retrieve"] + timings["rerank"] - 1e-6
+
+
+async def test_reranked_order_follows_the_cross_encoder_over_the_cosine_candidates(
+    client, services
+):
+    cosine = await _search(client, query=QUERY, top_k=20, candidates=20, rerank=False)
+    reranked = await _search(client, query=QUERY, top_k=20, candidates=20)
+    key = lambda hit: (hit["doc_id"], hit["chunk"])  # noqa: E731
+    assert {key(h) for h in reranked["results"]} == {key(h) for h in cosine["results"]}
+    # Score the same candidates independently and check every hit got its own score.
+    passages = [f"{h['title']} {h['text']}" for h in cosine["results"]]
+    expected = relevance(services.scorer.score(QUERY, passages))
+    by_key = {key(h): s for h, s in zip(cosine["results"], expected, strict=True)}
+    for hit in reranked["results"]:
+        assert hit["score"] == pytest.approx(by_key[key(hit)], abs=1e-6)
+    scores = [hit["score"] for hit in reranked["results"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+async def test_rerank_false_returns_cosine_order_as_the_store_gives_it(client, services):
+    body = await _search(client, query=QUERY, top_k=10, candidates=10, rerank=False)
+    assert body["reranked"] is False
+    assert body["timings_ms"]["rerank"] < 50  # no model ran
+    retrieval = [hit["retrieval_score"] for hit in body["results"]]
+    assert retrieval == sorted(retrieval, reverse=True)
+    assert [hit["score"] for hit in body["results"]] == retrieval
+    vector = services.embedder.embed_queries([QUERY])[0]
+    direct = services.store.search(vector, 10)
+    assert [(h["doc_id"], h["chunk"]) for h in body["results"]] == [
+        (c.chunk.doc_id, c.chunk.chunk_index) for c in direct
+    ]
+    np.testing.assert_allclose(retrieval, [c.retrieval_score for c in direct], atol=1e-5)
+
+
+async def test_filters_restrict_results(client):
+    by_lang = await _search(client, query=QUERY, filter={"lang": "de"})
+    assert by_lang["results"] and {h["metadata"]["lang"] for h in by_lang["results"]} == {"de"}
+    by_doc = await _search(client, query=QUERY, filter={"doc_id": "prog-en-1"})
+    assert [h["doc_id"] for h in by_doc["results"]] == ["prog-en-1"]
+    nothing = await _search(client, query=QUERY, filter={"lang": "tlh"})
+    assert nothing["results"] == []
+
+
+async def test_health_ready_and_schema(client, settings):
+    assert (await client.get("/health")).json() == {"status": "ok"}
+    ready = await client.get("/ready")
+    assert ready.status_code == 200
+    assert ready.json()["ready"] is True
+    assert ready.json()["collection"] == settings.collection
+    schema = (await client.get("/schema/openapi.json")).json()
+    request = schema["components"]["schemas"]["SearchRequest"]["properties"]
+    assert request["query"]["maxLength"] == 2000 and request["query"]["minLength"] == 1
+    assert request["top_k"]["maximum"] == 100 and request["top_k"]["minimum"] == 1
+    assert request["candidates"]["maximum"] == 500

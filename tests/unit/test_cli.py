@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ragrank.cli import build_parser, main, settings_from_args
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("serve", ["--host", "--port", "--embed-model", "--qdrant-url"]),
+        ("index", ["path", "--chunk-tokens", "--batch-size", "JSONL"]),
+        ("demo", ["--no-serve", "--preset", "small"]),
+    ],
+)
+def test_each_subcommand_has_useful_help(command, expected, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    for word in expected:
+        assert word in text
+
+
+def test_the_console_script_is_installed():
+    result = subprocess.run(
+        [sys.executable, "-m", "ragrank.cli", "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert "serve" in result.stdout and "index" in result.stdout and "demo" in result.stdout
+
+
+def test_flags_override_the_environment(monkeypatch):
+    monkeypatch.setenv("RAGRANK_PORT", "9000")
+    monkeypatch.setenv("RAGRANK_COLLECTION", "from-env")
+    args = build_parser().parse_args(["serve", "--port", "9100"])
+    settings = settings_from_args(args)
+    assert (settings.port, settings.collection) == (9100, "from-env")
+
+
+def test_index_of_a_missing_path_fails_with_a_message_not_a_trace(tmp_path, settings, capsys):
+    code = main(
+        [
+            "index",
+            str(tmp_path / "nope.jsonl"),
+            "--embed-model",
+            settings.embed_model,
+            "--qdrant-path",
+            str(tmp_path / "q"),
+            "--device",
+            "cpu",
+            "--no-progress",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "ragrank: error:" in err and "does not exist" in err
+    assert "Traceback" not in err

@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragrank.device import resolve_placement
+from ragrank.errors import ModelLoadError
+from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder, relevance
+from ragrank.settings import Settings
+
+
+def test_embedder_applies_role_prefixes(embedder, tiny_embedder_path):
+    from sentence_transformers import SentenceTransformer
+
+    raw = SentenceTransformer(str(tiny_embedder_path), device="cpu")
+    text = "Wo mündet der Rhein?"
+    expected_query = raw.encode(["query: " + text], normalize_embeddings=True)
+    expected_passage = raw.encode(["passage: " + text], normalize_embeddings=True)
+    np.testing.assert_allclose(embedder.embed_queries([text]), expected_query, atol=1e-5)
+    np.testing.assert_allclose(embedder.embed_passages([text]), expected_passage, atol=1e-5)
+    assert not np.allclose(expected_query, expected_passage)
+
+
+def test_embedder_without_prefixes_encodes_the_bare_text(tiny_embedder_path):
+    from sentence_transformers import SentenceTransformer
+
+    bare = SentenceTransformerEmbedder(
+        str(tiny_embedder_path),
+        query_prefix="",
+        passage_prefix="",
+        placement=resolve_placement("cpu"),
+    )
+    raw = SentenceTransformer(str(tiny_embedder_path), device="cpu")
+    np.testing.assert_allclose(
+        bare.embed_queries(["plain"]), raw.encode(["plain"], normalize_embeddings=True), atol=1e-5
+    )
+
+
+def test_embeddings_are_unit_length_float32_and_batched(embedder):
+    texts = [f"document number {i} " * (i % 7 + 1) for i in range(70)]  # > 2 batches of 32
+    vectors = embedder.embed_passages(texts)
+    assert vectors.shape == (70, embedder.dimension)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # Batch composition does not change a text's vector.
+    np.testing.assert_allclose(embedder.embed_passages(texts[5:6]), vectors[5:6], atol=1e-5)
+    assert embedder.embed_passages([]).shape == (0, embedder.dimension)
+
+
+def test_token_spans_point_into_the_text(embedder):
+    text = "Espresso is brewed under pressure. 咖啡因是一种兴奋剂。"
+    spans = embedder.token_spans(text)
+    assert spans, "a non-empty text has tokens"
+    assert all(0 <= start <= end <= len(text) for start, end in spans)
+    assert spans == sorted(spans)
+    assert "".join(text[s:e] for s, e in spans).replace(" ", "") == text.replace(" ", "")
+
+
+def test_scorer_gives_one_float32_logit_per_passage_independent_of_batching(scorer):
+    passages = [f"passage {i} " + "word " * (i * 3) for i in range(40)]  # > 2 batches of 16
+    logits = scorer.score("a query", passages)
+    assert logits.shape == (40,)
+    assert logits.dtype == np.float32
+    alone = np.array([scorer.score("a query", [p])[0] for p in passages[:5]])
+    np.testing.assert_allclose(alone, logits[:5], atol=1e-4)
+    assert scorer.score("a query", []).shape == (0,)
+
+
+def test_scorer_truncates_inputs_longer_than_the_model_limit(scorer):
+    very_long = "token " * 5000
+    logits = scorer.score("query", [very_long, "short"])
+    assert np.isfinite(logits).all()
+
+
+def test_relevance_is_a_sigmoid_that_does_not_saturate_early():
+    logits = np.array([-30.0, 0.0, 8.0, 12.0], dtype=np.float16)
+    scores = relevance(logits)
+    assert scores.dtype == np.float64
+    assert scores[1] == pytest.approx(0.5)
+    assert 0 < scores[0] < 1e-12
+    assert scores[2] < scores[3] < 1.0  # float16 sigmoid would give 1.0 for both
+
+
+@pytest.mark.parametrize(
+    ("factory", "variable"),
+    [
+        (SentenceTransformerEmbedder.from_settings, "RAGRANK_EMBED_MODEL"),
+        (CrossEncoderScorer.from_settings, "RAGRANK_RERANK_MODEL"),
+    ],
+)
+def test_missing_hub_model_names_the_model_and_the_setting(factory, variable):
+    # conftest sets HF_HUB_OFFLINE=1: like an unreachable hub with nothing cached.
+    model = "intfloat/no-such-model-for-ragrank-tests"
+    settings = Settings(embed_model=model, rerank_model=model, device="cpu")
+    with pytest.raises(ModelLoadError) as caught:
+        factory(settings)
+    assert model in str(caught.value)
+    assert variable in str(caught.value)
+
+
+def test_missing_local_folder_names_the_setting(tmp_path: Path):
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(ModelLoadError, match="RAGRANK_EMBED_MODEL"):
+        SentenceTransformerEmbedder.from_settings(Settings(embed_model=missing, device="cpu"))
+
+
+def test_a_multi_label_classifier_is_refused(tmp_path: Path, tiny_reranker_path: Path):
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(tiny_reranker_path, num_labels=3)
+    model = AutoModelForSequenceClassification.from_config(config)
+    model.save_pretrained(tmp_path / "three")
+    AutoTokenizer.from_pretrained(tiny_reranker_path).save_pretrained(tmp_path / "three")
+    with pytest.raises(ModelLoadError, match="one-logit"):
+        CrossEncoderScorer.from_settings(
+            Settings(rerank_model=str(tmp_path / "three"), device="cpu")
+        )
+
+
+def test_test_models_build_without_the_shared_tokenizer(tmp_path: Path):
+    """Where ../shared is absent the fixtures train their own tokenizer; that path must work."""
+    from tests.conftest import build_tiny_embedder, build_tiny_reranker
+
+    settings = Settings(
+        embed_model=str(build_tiny_embedder(tmp_path / "e5", use_shared=False)),
+        rerank_model=str(build_tiny_reranker(tmp_path / "rr", use_shared=False)),
+        device="cpu",
+    )
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    assert embedder.embed_queries(["Wo mündet der Rhein?"]).shape == (1, 32)
+    assert CrossEncoderScorer.from_settings(settings).score("q", ["a", "b"]).shape == (2,)

@@ -1,0 +1,114 @@
+"""The HTTP layer with fake models: validation, error bodies, ordering, unavailability."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from eval.beir import load_beir
+from indexing import Indexer
+from indexing.chunking import Chunker
+from ragrank import SAMPLE_DATASET
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore
+from server import Services, create_app
+from tests.fakes import FakeEmbedder, FakeScorer
+
+
+@pytest.fixture
+def fake_services(tmp_path: Path) -> Iterator[Services]:
+    embedder = FakeEmbedder()
+    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
+    indexer = Indexer(embedder, store, chunker=Chunker(embedder.token_spans, max_tokens=100))
+    indexer.index(load_beir(SAMPLE_DATASET).corpus.values(), progress=False)
+    yield Services(embedder=embedder, scorer=FakeScorer(), store=store)
+    store.close()
+
+
+@pytest.fixture
+async def client(fake_services: Services) -> AsyncIterator[AsyncTestClient]:
+    async with AsyncTestClient(app=create_app(Settings(), services=fake_services)) as client:
+        yield client
+
+
+async def test_the_query_is_embedded_with_the_query_prefix(client, fake_services):
+    response = await client.post("/v1/search", json={"query": "heat pumps"})
+    assert response.status_code == 200
+    assert fake_services.embedder.seen[-1] == "query: heat pumps"
+    # Passages were embedded with the passage prefix at indexing time.
+    assert fake_services.embedder.seen[0].startswith("passage: ")
+
+
+async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, fake_services):
+    body = (
+        await client.post("/v1/search", json={"query": "river sea", "top_k": 4, "candidates": 12})
+    ).json()
+    # FakeScorer scores by passage length: longest first.
+    query, passages = fake_services.scorer.calls[-1]
+    assert query == "river sea" and len(passages) == 12
+    expected = sorted(passages, key=len, reverse=True)[:4]
+    assert [f"{h['title']} {h['text']}" for h in body["results"]] == expected
+
+
+async def test_no_scorer_call_without_rerank(client, fake_services):
+    await client.post("/v1/search", json={"query": "river", "rerank": False})
+    assert fake_services.scorer.calls == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "fragment"),
+    [
+        ({"query": ""}, "query", "length >= 1"),
+        ({"query": "   "}, "query", "non-whitespace"),
+        ({"query": "x" * 2001}, "query", "length <= 2000"),
+        ({"query": "x", "top_k": 0}, "top_k", ">= 1"),
+        ({"query": "x", "top_k": 101, "candidates": 200}, "top_k", "<= 100"),
+        ({"query": "x", "candidates": 501}, "candidates", "<= 500"),
+        ({"query": "x", "top_k": 20, "candidates": 10}, "top_k", "must not exceed candidates"),
+        ({"query": "x", "rerank": "yes"}, "rerank", "Expected `bool`"),
+        ({"query": "x", "filter": {"": "a"}}, "filter", "length >= 1"),
+        ({"query": "x", "filter": {"k": [1]}}, "filter", "Expected"),
+        ({"query": "x", "filter": {f"k{i}": 1 for i in range(17)}}, "filter", "length <= 16"),
+        ({"query": "x", "topk": 5}, "topk", "unknown field"),
+        ({"top_k": 5}, "query", "missing required field"),
+    ],
+)
+async def test_bad_requests_get_a_400_naming_the_field_and_the_limit(client, body, field, fragment):
+    response = await client.post("/v1/search", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] in {"invalid_request"}
+    assert error["field"] is not None and error["field"].startswith(field.split(".")[0])
+    assert fragment.lower() in error["message"].lower()
+
+
+async def test_malformed_json_is_a_400_without_internals(client):
+    response = await client.post(
+        "/v1/search", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert "Traceback" not in response.text and "/work" not in response.text
+
+
+async def test_unknown_routes_get_a_json_404(client):
+    response = await client.get("/v2/nothing")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+async def test_an_unreachable_store_means_503_and_not_ready():
+    store = QdrantStore.from_settings(Settings(qdrant_url="http://127.0.0.1:9", collection="t"))
+    services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
+    try:
+        async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
+            ready = await client.get("/ready")
+            assert ready.status_code == 503 and ready.json()["ready"] is False
+            assert (await client.get("/health")).status_code == 200
+            response = await client.post("/v1/search", json={"query": "x"})
+            assert response.status_code == 503
+            assert response.json()["error"]["code"] == "store_unavailable"
+    finally:
+        store.close()

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ragrank.errors import SettingsError
+from ragrank.settings import DEFAULT_EMBED_MODEL, DEFAULT_RERANK_MODEL, Settings, settings_table
+
+
+def test_defaults_are_the_documented_models_with_e5_prefixes():
+    settings = Settings.from_env({})
+    assert settings.embed_model == DEFAULT_EMBED_MODEL == "intfloat/multilingual-e5-base"
+    assert settings.rerank_model == DEFAULT_RERANK_MODEL == "BAAI/bge-reranker-v2-m3"
+    assert (settings.query_prefix, settings.passage_prefix) == ("query: ", "passage: ")
+    assert settings.uses_embedded_qdrant
+    assert settings.device == "auto"
+
+
+def test_a_model_without_e5_in_its_name_gets_no_prefixes():
+    settings = Settings.from_env({"RAGRANK_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2"})
+    assert (settings.query_prefix, settings.passage_prefix) == ("", "")
+
+
+def test_explicit_prefixes_win_even_when_empty():
+    settings = Settings.from_env({"RAGRANK_QUERY_PREFIX": "Q: ", "RAGRANK_PASSAGE_PREFIX": ""})
+    assert (settings.query_prefix, settings.passage_prefix) == ("Q: ", "")
+
+
+def test_environment_is_read_and_flags_override_it():
+    env = {
+        "RAGRANK_QDRANT_URL": "http://qdrant:6333",
+        "RAGRANK_QDRANT_API_KEY": "secret",
+        "RAGRANK_COLLECTION": "docs",
+        "RAGRANK_PORT": "9000",
+        "RAGRANK_QDRANT_PATH": "/data/q",
+    }
+    settings = Settings.from_env(env, port=9100, collection=None)
+    assert settings.qdrant_url == "http://qdrant:6333"
+    assert not settings.uses_embedded_qdrant
+    assert settings.collection == "docs"  # a None flag leaves the environment's value
+    assert settings.port == 9100
+    assert settings.qdrant_path == Path("/data/q")
+    assert "secret" not in repr(settings)
+
+
+def test_preset_fills_models_but_an_explicit_model_wins():
+    small = Settings.from_env({"RAGRANK_PRESET": "small"})
+    assert small.embed_model == "intfloat/multilingual-e5-small"
+    assert small.query_prefix == "query: "
+    mixed = Settings.from_env({"RAGRANK_PRESET": "small", "RAGRANK_RERANK_MODEL": "/models/r"})
+    assert mixed.rerank_model == "/models/r"
+    assert mixed.embed_model == "intfloat/multilingual-e5-small"
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"RAGRANK_PORT": "eighty"}, "RAGRANK_PORT"),
+        ({"RAGRANK_PORT": "0"}, "RAGRANK_PORT"),
+        ({"RAGRANK_EMBED_BATCH_SIZE": "0"}, "RAGRANK_EMBED_BATCH_SIZE"),
+        ({"RAGRANK_CHUNK_OVERLAP": "300"}, "RAGRANK_CHUNK_OVERLAP"),
+        ({"RAGRANK_DTYPE": "int8"}, "RAGRANK_DTYPE"),
+        ({"RAGRANK_PRESET": "huge"}, "RAGRANK_PRESET"),
+    ],
+)
+def test_bad_values_name_the_variable(env, named):
+    with pytest.raises(SettingsError, match=named):
+        Settings.from_env(env)
+
+
+def test_settings_are_frozen():
+    settings = Settings()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.port = 1  # type: ignore[misc]
+
+
+def test_every_field_has_a_documented_variable():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    missing = [name for name, _ in settings_table() if f"`{name}`" not in readme]
+    assert not missing, f"README lacks {missing}"

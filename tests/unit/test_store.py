@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient, models
+
+from ragrank.documents import Chunk
+from ragrank.errors import CollectionMismatchError, StoreError
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore, point_id
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="c"))
+    yield store
+    store.close()
+
+
+def _chunks(n: int, doc_id: str = "doc", **metadata: object) -> list[Chunk]:
+    return [
+        Chunk(
+            doc_id=doc_id,
+            chunk_index=i,
+            text=f"text {i}",
+            title="T",
+            metadata=metadata,
+            start=i * 10,
+            end=i * 10 + 6,
+        )
+        for i in range(n)
+    ]
+
+
+def _unit(rows: int, dim: int, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_point_ids_are_deterministic_and_distinct():
+    assert point_id("a", 0) == point_id("a", 0)
+    assert len({point_id("a", 0), point_id("a", 1), point_id("b", 0), point_id("a0", 0)}) == 4
+    # Ids that would collide under naive string joining stay distinct.
+    assert point_id("a#1", 0) != point_id("a", 10)
+
+
+def test_collection_is_created_with_cosine_and_the_model_dimension(store: QdrantStore):
+    store.ensure_collection(8)
+    store.ensure_collection(8)  # idempotent
+    info = store._client.get_collection("c")
+    assert info.config.params.vectors.size == 8
+    assert info.config.params.vectors.distance == models.Distance.COSINE
+    assert store.ping()
+
+
+def test_a_dimension_mismatch_is_refused_with_a_clear_error(store: QdrantStore):
+    store.ensure_collection(8)
+    with pytest.raises(CollectionMismatchError, match=r"8-d.*16-d.*RAGRANK_COLLECTION"):
+        store.ensure_collection(16)
+
+
+def test_a_distance_mismatch_is_refused(tmp_path: Path):
+    client = QdrantClient(path=str(tmp_path / "q2"))
+    client.create_collection(
+        "dots", vectors_config=models.VectorParams(size=8, distance=models.Distance.DOT)
+    )
+    store = QdrantStore(client, "dots")
+    with pytest.raises(CollectionMismatchError, match="Dot"):
+        store.ensure_collection(8)
+    store.close()
+
+
+def test_upserting_the_same_chunks_twice_does_not_duplicate(store: QdrantStore):
+    store.ensure_collection(8)
+    chunks = _chunks(5)
+    store.upsert(chunks, _unit(5, 8))
+    store.upsert(chunks, _unit(5, 8, seed=1))
+    assert store.count() == 5
+
+
+def test_search_returns_payload_fields_best_first(store: QdrantStore):
+    store.ensure_collection(8)
+    vectors = _unit(5, 8)
+    store.upsert(_chunks(5, lang="de"), vectors)
+    hits = store.search(vectors[3], limit=3)
+    assert hits[0].chunk.chunk_index == 3
+    assert hits[0].retrieval_score == pytest.approx(1.0, abs=1e-5)
+    assert [h.retrieval_score for h in hits] == sorted(
+        (h.retrieval_score for h in hits), reverse=True
+    )
+    top = hits[0].chunk
+    assert (top.doc_id, top.text, top.title, dict(top.metadata)) == (
+        "doc",
+        "text 3",
+        "T",
+        {"lang": "de"},
+    )
+    assert (top.start, top.end) == (30, 36)
+
+
+def test_filters_match_doc_id_and_metadata(store: QdrantStore):
+    store.ensure_collection(8)
+    store.upsert(_chunks(3, "a", lang="de", year=2020), _unit(3, 8, seed=2))
+    store.upsert(_chunks(3, "b", lang="fr", year=2021), _unit(3, 8, seed=3))
+    query = _unit(1, 8, seed=4)[0]
+    assert {h.chunk.doc_id for h in store.search(query, 10, {"doc_id": "b"})} == {"b"}
+    assert {h.chunk.doc_id for h in store.search(query, 10, {"lang": "de"})} == {"a"}
+    assert {h.chunk.doc_id for h in store.search(query, 10, {"year": 2021})} == {"b"}
+    assert store.search(query, 10, {"lang": "de", "doc_id": "b"}) == []
+
+
+def test_a_locked_embedded_folder_names_the_way_out(store: QdrantStore, tmp_path: Path):
+    # The fixture's client holds tmp_path / "q"; a second client in this process is refused.
+    with pytest.raises(StoreError, match="RAGRANK_QDRANT_URL"):
+        QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q"))
+
+
+def test_an_unreachable_server_reports_not_ready():
+    store = QdrantStore.from_settings(Settings(qdrant_url="http://127.0.0.1:9"))
+    assert not store.ping()
+    with pytest.raises(StoreError):
+        store.count()
+    store.close()
