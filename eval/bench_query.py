@@ -70,10 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             for candidates in args.candidates:
                 timings = asyncio.run(_measure(service, queries, candidates, args.repeat))
-                cells = [
-                    f"{np.percentile(timings[s], 50):>10.1f} / {np.percentile(timings[s], 95):>8.1f}"
-                    for s in STAGES
-                ]
+                quantiles = [np.percentile(timings[s], [50, 95]) for s in STAGES]
+                cells = [f"{p50:>10.1f} / {p95:>8.1f}" for p50, p95 in quantiles]
                 print(f"{candidates:>10} " + " ".join(f"{c:>22}" for c in cells))
         finally:
             service.close()

@@ -36,13 +36,14 @@ def load_tokenizer(tokenizer_file: Path, folder: Path, max_length: int = 512) ->
     """A fast tokenizer from a `tokenizer.json(.gz)`, unpacked into `folder`."""
     from transformers import PreTrainedTokenizerFast
 
+    tokenizer_class: Any = PreTrainedTokenizerFast  # transformers' constructors are untyped
     folder.mkdir(parents=True, exist_ok=True)
     unpacked = folder / "tokenizer.json"
     if tokenizer_file.resolve() != unpacked.resolve():
         opener: Any = gzip.open if tokenizer_file.suffix == ".gz" else open
         with opener(tokenizer_file, "rb") as source, unpacked.open("wb") as target:
             shutil.copyfileobj(source, target)
-    return PreTrainedTokenizerFast(
+    return tokenizer_class(
         tokenizer_file=str(unpacked), model_max_length=max_length, **SPECIAL_TOKENS
     )
 
@@ -53,14 +54,16 @@ def save_random_model(kind: ModelKind, config: Any, tokenizer: Any, out: Path) -
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoModelForSequenceClassification
 
+    encoder: Any = AutoModel  # transformers' factories are untyped
+    classifier: Any = AutoModelForSequenceClassification
     torch.manual_seed(0)
     if kind == "reranker":
         config.num_labels = 1
-        AutoModelForSequenceClassification.from_config(config).save_pretrained(out)
+        classifier.from_config(config).save_pretrained(out)
         tokenizer.save_pretrained(out)
         return out
     raw = out.with_name(out.name + "-hf")
-    AutoModel.from_config(config).save_pretrained(raw)
+    encoder.from_config(config).save_pretrained(raw)
     tokenizer.save_pretrained(raw)
     # A folder without modules.json loads as Transformer + mean pooling.
     SentenceTransformer(str(raw), device="cpu").save(str(out))
@@ -77,8 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--max-length", type=int, default=512)
     args = parser.parse_args(argv)
-    tokenizer = load_tokenizer(args.tokenizer, args.out.with_name(args.out.name + "-tok"),
-                               args.max_length)
+    tokenizer = load_tokenizer(
+        args.tokenizer, args.out.with_name(args.out.name + "-tok"), args.max_length
+    )
     config = AutoConfig.from_pretrained(args.config_dir)
     print(save_random_model(args.kind, config, tokenizer, args.out))
     return 0

@@ -17,7 +17,8 @@ _SENTENCE_END = re.compile(r"[.!?。！？]+[\"')\]]*\s")
 
 @dataclass(frozen=True)
 class Chunker:
-    """Splits documents into chunks of at most `max_tokens` tokens, `overlap` tokens shared."""
+    """Splits documents into chunks of at most `max_tokens` tokens (title included), with
+    `overlap` tokens shared between neighbours."""
 
     token_spans: Callable[[str], TokenSpans]
     max_tokens: int
@@ -32,12 +33,17 @@ class Chunker:
         spans = self.token_spans(text)
         if not spans:
             return []
+        # The title is embedded with every chunk, so it takes its share of the budget (but never
+        # more than half of it: a chunk keeps room for its own text).
+        title_tokens = len(self.token_spans(document.title)) if document.title else 0
+        budget = max(self.max_tokens - title_tokens, self.max_tokens // 2, 1)
+        overlap = min(self.overlap, budget - 1)
         cuts = _boundaries(text)
         starts = [span[0] for span in spans]
         chunks: list[Chunk] = []
         start = 0
         while start < len(spans):
-            end = min(start + self.max_tokens, len(spans))
+            end = min(start + budget, len(spans))
             if end < len(spans):
                 end = _best_cut(starts, cuts, start, end)
             begin_char, end_char = spans[start][0], spans[end - 1][1]
@@ -57,7 +63,7 @@ class Chunker:
             )
             if end == len(spans):
                 break
-            start = max(end - self.overlap, start + 1)
+            start = max(end - overlap, start + 1)
         return chunks
 
 

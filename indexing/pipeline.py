@@ -45,8 +45,8 @@ class Indexer:
     @classmethod
     def from_settings(cls, settings: Settings, embedder: Embedder, store: QdrantStore) -> Indexer:
         prefix_tokens = len(embedder.token_spans(embedder.passage_prefix))
-        # Leave room for the prefix and the model's two special tokens.
-        budget = min(settings.chunk_tokens, embedder.max_length - 2 - prefix_tokens)
+        # The prefix counts against the budget; the two special tokens against the model's limit.
+        budget = max(min(settings.chunk_tokens, embedder.max_length - 2) - prefix_tokens, 1)
         chunker = Chunker(
             embedder.token_spans,
             max_tokens=budget,

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from eval.random_models import load_tokenizer, save_random_model
-
 from ragrank import SAMPLE_DATASET
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
@@ -23,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RAGRANK_SHARED_DIR", REPO.parent / "shared"))
 SHARED_MODELS = SHARED / "models"
 SHARED_DATA = SHARED / "data"
+
 
 def build_tokenizer(folder: Path, *, use_shared: bool = True):
     """The real XLM-R tokenizer from ../shared when present, else one trained on the sample."""

@@ -37,15 +37,15 @@ def test_long_documents_are_split_into_chunks_within_the_budget(settings: Settin
         text = " ".join(f"Sentence number {i} talks about rivers." for i in range(100))
         from ragrank.documents import Document
 
-        summary = indexer.index([Document(doc_id="long", text=text)], progress=False)
+        document = Document(doc_id="long", text=text, title="Rivers of the world")
+        summary = indexer.index([document], progress=False)
         assert summary.chunks > 1
         hits = store.search(embedder.embed_queries(["rivers"])[0], 100, {"doc_id": "long"})
         assert len(hits) == summary.chunks
         prefix_tokens = len(embedder.token_spans(embedder.passage_prefix))
         for hit in hits:
-            assert (
-                len(embedder.token_spans(hit.chunk.text)) + prefix_tokens <= settings.chunk_tokens
-            )
+            passage_tokens = len(embedder.token_spans(hit.chunk.passage))
+            assert passage_tokens + prefix_tokens <= settings.chunk_tokens
             assert text[hit.chunk.start : hit.chunk.end] == hit.chunk.text
     finally:
         store.close()

@@ -29,7 +29,7 @@ def test_empty_documents_give_no_chunks():
 def test_chunks_respect_the_budget_and_their_offsets_point_into_the_text():
     text = " ".join(f"w{i}" for i in range(200))
     chunks = Chunker(spans, max_tokens=30, overlap=5).chunk(_doc(text))
-    assert all(len(spans(c.text)) <= 30 for c in chunks)
+    assert all(len(spans(c.passage)) <= 30 for c in chunks)  # title included
     assert all(text[c.start : c.end] == c.text for c in chunks)
     assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
     # Overlap: each chunk starts 5 tokens before the previous one ended.
@@ -47,6 +47,14 @@ def test_chunks_prefer_paragraph_then_sentence_ends():
     sentence_text = "Alpha beta gamma delta epsilon. Zeta eta theta iota kappa lambda mu nu."
     cut = Chunker(spans, max_tokens=10).chunk(_doc(sentence_text))
     assert cut[0].text == "Alpha beta gamma delta epsilon."
+
+
+def test_a_title_takes_its_share_of_the_budget_but_never_more_than_half():
+    text = " ".join(f"w{i}" for i in range(100))
+    titled = Document(doc_id="d", text=text, title="three word title")
+    assert all(len(spans(c.passage)) <= 20 for c in Chunker(spans, max_tokens=20).chunk(titled))
+    huge = Document(doc_id="d", text=text, title="t " * 50)
+    assert {len(spans(c.text)) for c in Chunker(spans, max_tokens=20).chunk(huge)} == {10}
 
 
 def test_invalid_budgets_are_refused():
