@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -58,10 +58,12 @@ class Indexer:
         started = time.perf_counter()
         pending: list[Chunk] = []
         document_count = chunk_count = 0
-        with tqdm(documents, desc="indexing", unit="doc", disable=not progress) as bar:
-            for document in bar:
+        total = len(documents) if isinstance(documents, Sized) else None
+        with tqdm(total=total, desc="indexing", unit="doc", disable=not progress) as bar:
+            for document in documents:
                 pending.extend(self._chunker.chunk(document))
                 document_count += 1
+                bar.update()
                 while len(pending) >= self._batch_size:
                     batch, pending = pending[: self._batch_size], pending[self._batch_size :]
                     chunk_count += self._write(batch)
