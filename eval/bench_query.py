@@ -30,17 +30,18 @@ STAGES = ("embed", "retrieve", "rerank", "total")
 
 
 async def _measure(
-    service: SearchService, queries: list[str], candidates: int, repeat: int
+    services: Services, settings: Settings, queries: list[str], candidates: int, repeat: int
 ) -> dict[str, list[float]]:
     timings: dict[str, list[float]] = {stage: [] for stage in STAGES}
-    await service.search(queries[0], top_k=1, candidates=candidates, rerank=True)  # warm-up
-    for _ in range(repeat):
-        for query in queries:
-            outcome = await service.search(
-                query, top_k=min(10, candidates), candidates=candidates, rerank=True
-            )
-            for stage in STAGES:
-                timings[stage].append(outcome.timings_ms[stage])
+    async with SearchService(services, settings) as service:
+        await service.search(queries[0], top_k=1, candidates=candidates, rerank=True)  # warm-up
+        for _ in range(repeat):
+            for query in queries:
+                outcome = await service.search(
+                    query, top_k=min(10, candidates), candidates=candidates, rerank=True
+                )
+                for stage in STAGES:
+                    timings[stage].append(outcome.timings_ms[stage])
     return timings
 
 
@@ -59,7 +60,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             dataset.corpus.values(), progress=False
         )
         queries = list(dataset.queries.values())
-        service = SearchService(services)
         print(
             f"embedder {settings.embed_model} | reranker {settings.rerank_model}\n"
             f"device {placement.device} {placement.dtype} | torch threads "
@@ -69,12 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{'candidates':>10} " + " ".join(f"{s + ' p50/p95 ms':>22}" for s in STAGES))
         try:
             for candidates in args.candidates:
-                timings = asyncio.run(_measure(service, queries, candidates, args.repeat))
+                timings = asyncio.run(
+                    _measure(services, settings, queries, candidates, args.repeat)
+                )
                 quantiles = [np.percentile(timings[s], [50, 95]) for s in STAGES]
                 cells = [f"{p50:>10.1f} / {p95:>8.1f}" for p50, p95 in quantiles]
                 print(f"{candidates:>10} " + " ".join(f"{c:>22}" for c in cells))
         finally:
-            service.close()
             services.store.close()
     return 0
 

@@ -28,3 +28,10 @@ def resolve_placement(device: str = "auto", dtype: str = "auto") -> Placement:
     if dtype not in _DTYPES:
         raise SettingsError(f"RAGRANK_DTYPE must be one of auto, {', '.join(_DTYPES)}")
     return Placement(device, _DTYPES[dtype])
+
+
+def batch_limits(placement: Placement, size: int = 0, tokens: int = 0) -> tuple[int, int]:
+    """(items, padded tokens) per forward pass; 0 means the device's default. A GPU wants
+    large batches to stay busy; two CPU cores gain little past a few thousand tokens."""
+    gpu = placement.device.startswith("cuda")
+    return size or (128 if gpu else 32), tokens or (65_536 if gpu else 8_192)

@@ -47,3 +47,15 @@ class InvalidRequestError(RagrankError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class BatchTooLargeError(RagrankError):
+    """The device ran out of memory on one batch; a smaller batch may fit."""
+
+    code = "batch_too_large"
+
+
+class ModelFailedError(RagrankError):
+    """The model can no longer run (e.g. a CUDA error other than out-of-memory)."""
+
+    code = "model_failed"

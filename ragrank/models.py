@@ -7,22 +7,24 @@ implementations load through sentence-transformers, by hub id or local folder.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from ragrank.device import Placement, resolve_placement
-from ragrank.errors import ModelLoadError
+from ragrank.device import Placement, batch_limits, resolve_placement
+from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError
 from ragrank.settings import Settings, env_name
 
 log = logging.getLogger(__name__)
 
 Vectors = NDArray[np.float32]
 TokenSpans = list[tuple[int, int]]
+Pair = tuple[str, str]
 
 
 class Embedder(Protocol):
@@ -39,6 +41,14 @@ class Embedder(Protocol):
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors: ...
 
+    def text_lengths(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text (prefix already applied) takes, capped at `max_length`."""
+        ...
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        """One forward pass over texts whose prefixes are already applied."""
+        ...
+
     def token_spans(self, text: str) -> TokenSpans:
         """Character (start, end) of each token of `text`, special tokens excluded."""
         ...
@@ -50,6 +60,28 @@ class Scorer(Protocol):
     model_id: str
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]: ...
+
+    def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        """Tokens each pair takes, special tokens included, capped at the model's limit."""
+        ...
+
+    def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
+        """One forward pass: the float32 logit of each pair."""
+        ...
+
+
+@contextmanager
+def _device_errors() -> Iterator[None]:
+    """Translate CUDA failures into the errors the batching engine acts on."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        raise BatchTooLargeError("the device ran out of memory on this batch") from None
+    except RuntimeError as exc:
+        if "CUDA error" in str(exc):
+            raise ModelFailedError(f"the model can no longer run: {exc}") from exc
+        raise
 
 
 def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
@@ -120,8 +152,8 @@ class SentenceTransformerEmbedder:
             settings.embed_model,
             query_prefix=settings.query_prefix or "",
             passage_prefix=settings.passage_prefix or "",
-            placement=resolve_placement(settings.device, settings.dtype),
-            batch_size=settings.embed_batch_size,
+            placement=(placement := resolve_placement(settings.device, settings.dtype)),
+            batch_size=batch_limits(placement, settings.embed_batch_size)[0],
         )
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
@@ -136,16 +168,24 @@ class SentenceTransformerEmbedder:
         )
         return [(int(s), int(e)) for s, e in encoded["offset_mapping"]]
 
-    def _encode(self, texts: list[str]) -> Vectors:
+    def text_lengths(self, texts: Sequence[str]) -> list[int]:
+        encoded = self._model.tokenizer(list(texts), truncation=True, max_length=self.max_length)
+        return [len(ids) for ids in encoded["input_ids"]]
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        return self._encode(list(texts), batch_size=max(len(texts), 1))
+
+    def _encode(self, texts: list[str], batch_size: int | None = None) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self._model.encode(
-            texts,
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        with _device_errors():
+            vectors = self._model.encode(
+                texts,
+                batch_size=batch_size or self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(vectors, dtype=np.float32)
 
 
@@ -200,26 +240,39 @@ class CrossEncoderScorer:
     def from_settings(cls, settings: Settings) -> CrossEncoderScorer:
         return cls(
             settings.rerank_model,
-            placement=resolve_placement(settings.device, settings.dtype),
-            batch_size=settings.rerank_batch_size,
+            placement=(placement := resolve_placement(settings.device, settings.dtype)),
+            batch_size=batch_limits(placement, settings.rerank_batch_size)[0],
             max_length=settings.rerank_max_length,
         )
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
+        """Logits for one query against many passages, in length-sorted batches."""
         logits = np.zeros(len(passages), dtype=np.float32)
-        # Length-sorted batches waste less compute on padding.
         order = sorted(range(len(passages)), key=lambda i: len(passages[i]))
-        with torch.inference_mode():
-            for start in range(0, len(order), self._batch_size):
-                batch = order[start : start + self._batch_size]
-                features = self._tokenizer(
-                    [query] * len(batch),
-                    [passages[i] for i in batch],
-                    padding=True,
-                    truncation="longest_first",
-                    max_length=self.max_length,
-                    return_tensors="pt",
-                ).to(self._device)
-                output = self._model(**features).logits.float().view(-1)
-                logits[batch] = output.cpu().numpy()
+        for start in range(0, len(order), self._batch_size):
+            batch = order[start : start + self._batch_size]
+            logits[batch] = self.score_pairs([(query, passages[i]) for i in batch])
         return logits
+
+    def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        encoded = self._encode_pairs(pairs, tensors=False)
+        return [len(ids) for ids in encoded["input_ids"]]
+
+    def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        features = self._encode_pairs(pairs, tensors=True).to(self._device)
+        with _device_errors(), torch.inference_mode():
+            # Logits leave the model in float32 whatever dtype it runs in.
+            output = self._model(**features).logits.float().view(-1)
+        return np.asarray(output.cpu().numpy(), dtype=np.float32)
+
+    def _encode_pairs(self, pairs: Sequence[Pair], *, tensors: bool) -> Any:
+        return self._tokenizer(
+            [query for query, _ in pairs],
+            [passage for _, passage in pairs],
+            padding=tensors,
+            truncation="longest_first",
+            max_length=self.max_length,
+            return_tensors="pt" if tensors else None,
+        )

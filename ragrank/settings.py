@@ -49,9 +49,17 @@ class Settings:
 
     device: str = "auto"
     dtype: str = "auto"
-    embed_batch_size: int = 32
-    rerank_batch_size: int = 16
+    #: Batch limits per forward pass; 0 picks a default for the device (see `device.py`).
+    embed_batch_size: int = 0
+    embed_batch_tokens: int = 0
+    rerank_batch_size: int = 0
+    rerank_batch_tokens: int = 0
     rerank_max_length: int = 512
+    #: How long the batching engine waits for concurrent requests to join a batch.
+    batch_wait_ms: int = 5
+    #: Items waiting per model before new requests get 429.
+    queue_size: int = 4096
+    request_timeout_s: int = 60
 
     chunk_tokens: int = 256
     chunk_overlap: int = 32
@@ -71,14 +79,23 @@ class Settings:
         if self.passage_prefix is None:
             object.__setattr__(self, "passage_prefix", passage)
         for name in (
-            "embed_batch_size",
-            "rerank_batch_size",
             "rerank_max_length",
             "chunk_tokens",
             "index_batch_size",
+            "queue_size",
+            "request_timeout_s",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
+        for name in (
+            "embed_batch_size",
+            "embed_batch_tokens",
+            "rerank_batch_size",
+            "rerank_batch_tokens",
+            "batch_wait_ms",
+        ):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{env_name(name)} must be 0 (automatic) or more")
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
             raise SettingsError(
                 f"{env_name('chunk_overlap')} must be >= 0 and below {env_name('chunk_tokens')}"

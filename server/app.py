@@ -29,12 +29,11 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Lites
         ready = services
         if ready is None:
             ready = await anyio.to_thread.run_sync(Services.load, settings)
-        search_service = SearchService(ready)
-        app.state.search_service = search_service
         try:
-            yield
+            async with SearchService(ready, settings) as search_service:
+                app.state.search_service = search_service
+                yield
         finally:
-            search_service.close()
             if owned:
                 ready.store.close()
 

@@ -39,7 +39,7 @@ def run_demo(settings: Settings, *, serve: bool, console: Console | None = None)
         dataset = load_beir(SAMPLE_DATASET)
         indexer = Indexer.from_settings(settings, services.embedder, services.store)
         console.print(str(indexer.index(dataset.corpus.values())))
-        asyncio.run(_show_examples(services, dataset, console))
+        asyncio.run(_show_examples(services, settings, dataset, console))
         base = f"http://{settings.host}:{settings.port}"
         console.print(
             "\nTry your own query:\n"
@@ -57,17 +57,16 @@ def run_demo(settings: Settings, *, serve: bool, console: Console | None = None)
         services.store.close()
 
 
-async def _show_examples(services: Services, dataset: BeirDataset, console: Console) -> None:
-    search = SearchService(services)
-    try:
+async def _show_examples(
+    services: Services, settings: Settings, dataset: BeirDataset, console: Console
+) -> None:
+    async with SearchService(services, settings) as search:
         for query_id in EXAMPLE_QUERIES:
             query = dataset.queries[query_id]
             relevant = dataset.qrels.get(query_id, {})
             cosine = await search.search(query, top_k=5, candidates=20, rerank=False)
             reranked = await search.search(query, top_k=5, candidates=20, rerank=True)
             console.print(_comparison(query, cosine, reranked, relevant))
-    finally:
-        search.close()
 
 
 def _comparison(

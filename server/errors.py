@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import (
     HTTP_400_BAD_REQUEST,
+    HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    HTTP_429_TOO_MANY_REQUESTS,
     HTTP_500_INTERNAL_SERVER_ERROR,
     HTTP_503_SERVICE_UNAVAILABLE,
+    HTTP_504_GATEWAY_TIMEOUT,
 )
 
 from ragrank.errors import InvalidRequestError, ModelLoadError, RagrankError, StoreError
+from server.batching import (
+    EngineUnavailableError,
+    ItemTooLargeError,
+    ModelError,
+    QueueFullError,
+    RequestTimeoutError,
+)
 from server.schemas import ErrorDetail, ErrorResponse
 
 log = logging.getLogger("ragrank.server")
@@ -32,9 +43,15 @@ _HTTP_CODES = {
 }
 
 
-def _error(status: int, code: str, message: str, field: str | None = None) -> Response[Any]:
+def _error(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response[Any]:
     body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
-    return Response(body, status_code=status, media_type=MediaType.JSON)
+    return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 
 def validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
@@ -62,6 +79,24 @@ def unavailable(_: Request[Any, Any, Any], exc: RagrankError) -> Response[Any]:
     return _error(HTTP_503_SERVICE_UNAVAILABLE, exc.code, str(exc))
 
 
+def queue_full(_: Request[Any, Any, Any], exc: QueueFullError) -> Response[Any]:
+    return _error(
+        HTTP_429_TOO_MANY_REQUESTS,
+        exc.code,
+        str(exc),
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
+def _status(status: int) -> Callable[[Request[Any, Any, Any], RagrankError], Response[Any]]:
+    """A handler answering `status` with the error's own code and message."""
+
+    def handler(_: Request[Any, Any, Any], exc: RagrankError) -> Response[Any]:
+        return _error(status, exc.code, str(exc))
+
+    return handler
+
+
 def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
     return _error(exc.status_code, code, str(exc.detail))
@@ -78,6 +113,11 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     InvalidRequestError: invalid_request,
     StoreError: unavailable,
     ModelLoadError: unavailable,
+    EngineUnavailableError: unavailable,
+    QueueFullError: queue_full,
+    RequestTimeoutError: _status(HTTP_504_GATEWAY_TIMEOUT),
+    ItemTooLargeError: _status(HTTP_413_REQUEST_ENTITY_TOO_LARGE),
+    ModelError: _status(HTTP_500_INTERNAL_SERVER_ERROR),
     HTTPException: http_error,
     Exception: internal_error,
 }

@@ -53,18 +53,20 @@ async def health() -> Health:
 
 @get("/ready", tags=["operations"])
 async def ready(search_service: SearchService) -> Response[Readiness]:
-    """Readiness: models loaded and Qdrant reachable with the collection in place; else 503."""
+    """Readiness: both batching engines running and Qdrant reachable with the collection in
+    place; else 503."""
     services = search_service.services
     store_ok = await search_service.store_ready()
+    models_ok = search_service.models_ready
     body = Readiness(
-        ready=store_ok,
+        ready=store_ok and models_ok,
         store=store_ok,
-        models=True,
+        models=models_ok,
         embed_model=services.embedder.model_id,
         rerank_model=services.scorer.model_id,
         collection=services.store.collection,
     )
-    return Response(body, status_code=HTTP_200_OK if store_ok else HTTP_503_SERVICE_UNAVAILABLE)
+    return Response(body, status_code=HTTP_200_OK if body.ready else HTTP_503_SERVICE_UNAVAILABLE)
 
 
 ROUTES = [search, health, ready]

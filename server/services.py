@@ -10,18 +10,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
+from numpy.typing import NDArray
+
+from ragrank.device import batch_limits, resolve_placement
 from ragrank.documents import Candidate, MetadataValue
 from ragrank.models import (
     CrossEncoderScorer,
     Embedder,
+    Pair,
     Scorer,
     SentenceTransformerEmbedder,
     relevance,
 )
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
+from server.batching import BatchEngine, EngineLimits
 
 _Result = TypeVar("_Result")
+Vector = NDArray[np.float32]
 
 
 @dataclass(frozen=True)
@@ -60,14 +67,51 @@ class SearchOutcome:
 
 
 class SearchService:
-    """Runs searches against one set of `Services`. One thread per model keeps forward passes
-    serial (the batching engine will share them across requests); the store gets its own."""
+    """Runs searches against one set of `Services`: one batching engine per model, shared by
+    all requests, and a thread for the store. Use it as an async context manager."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, settings: Settings) -> None:
         self.services = services
-        self._embed_thread = ThreadPoolExecutor(1, thread_name_prefix="ragrank-embed")
-        self._score_thread = ThreadPoolExecutor(1, thread_name_prefix="ragrank-score")
+        embedder, scorer = services.embedder, services.scorer
+        placement = resolve_placement(settings.device, settings.dtype)
+
+        def limits(size: int, tokens: int) -> EngineLimits:
+            items, budget = batch_limits(placement, size, tokens)
+            return EngineLimits(
+                max_batch_size=items,
+                max_batch_tokens=budget,
+                max_wait_ms=settings.batch_wait_ms,
+                max_queue_items=settings.queue_size,
+                timeout_s=settings.request_timeout_s,
+            )
+
+        self.embed_engine: BatchEngine[str, Vector] = BatchEngine(
+            "embed",
+            lengths=embedder.text_lengths,
+            run=lambda texts: list(embedder.embed_batch(texts)),
+            limits=limits(settings.embed_batch_size, settings.embed_batch_tokens),
+        )
+        self.score_engine: BatchEngine[Pair, float] = BatchEngine(
+            "rerank",
+            lengths=scorer.pair_lengths,
+            run=lambda pairs: [float(logit) for logit in scorer.score_pairs(pairs)],
+            limits=limits(settings.rerank_batch_size, settings.rerank_batch_tokens),
+        )
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="ragrank-store")
+
+    async def __aenter__(self) -> SearchService:
+        self.embed_engine.start()
+        self.score_engine.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.embed_engine.stop()
+        await self.score_engine.stop()
+        self._store_thread.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def models_ready(self) -> bool:
+        return self.embed_engine.ready and self.score_engine.ready
 
     async def search(
         self,
@@ -78,18 +122,16 @@ class SearchService:
         rerank: bool,
         where: Mapping[str, MetadataValue] | None = None,
     ) -> SearchOutcome:
-        embedder, scorer, store = self.services.embedder, self.services.scorer, self.services.store
+        store = self.services.store
         started = time.perf_counter()
-        vector = (await self._run(self._embed_thread, embedder.embed_queries, [query]))[0]
+        prefixed = self.services.embedder.query_prefix + query
+        vector = (await self.embed_engine.submit([prefixed]))[0]
         embedded = time.perf_counter()
-        retrieved = await self._run(
-            self._store_thread, lambda: store.search(vector, candidates, where)
-        )
+        retrieved = await self._in_store_thread(lambda: store.search(vector, candidates, where))
         fetched = time.perf_counter()
         if rerank and retrieved:
-            passages = [c.chunk.passage for c in retrieved]
-            logits = await self._run(self._score_thread, scorer.score, query, passages)
-            scores = relevance(logits)
+            logits = await self.score_engine.submit([(query, c.chunk.passage) for c in retrieved])
+            scores = relevance(np.asarray(logits, dtype=np.float32))
             hits = [ScoredHit(c, float(s)) for c, s in zip(retrieved, scores, strict=True)]
             # A stable sort keeps cosine order among equal rerank scores.
             hits.sort(key=lambda hit: hit.score, reverse=True)
@@ -108,14 +150,7 @@ class SearchService:
         )
 
     async def store_ready(self) -> bool:
-        return await self._run(self._store_thread, self.services.store.ping)
+        return await self._in_store_thread(self.services.store.ping)
 
-    def close(self) -> None:
-        for pool in (self._embed_thread, self._score_thread, self._store_thread):
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    @staticmethod
-    async def _run(
-        pool: ThreadPoolExecutor, function: Callable[..., _Result], *args: object
-    ) -> _Result:
-        return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
+    async def _in_store_thread(self, function: Callable[[], _Result]) -> _Result:
+        return await asyncio.get_running_loop().run_in_executor(self._store_thread, function)

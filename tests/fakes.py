@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ragrank.models import TokenSpans
+from ragrank.models import Pair, TokenSpans
 
 _WORD = re.compile(r"\S+")
 
@@ -35,6 +35,12 @@ class FakeEmbedder:
     def token_spans(self, text: str) -> TokenSpans:
         return [(m.start(), m.end()) for m in _WORD.finditer(text)]
 
+    def text_lengths(self, texts: Sequence[str]) -> list[int]:
+        return [len(text.split()) + 2 for text in texts]
+
+    def embed_batch(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self._embed(list(texts))
+
     def _embed(self, texts: list[str]) -> NDArray[np.float32]:
         self.seen.extend(texts)
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -52,8 +58,15 @@ class FakeScorer:
     model_id = "fake-scorer"
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, list[str]]] = []
+        #: Each forward pass's pairs, in the order the engine sent them.
+        self.batches: list[list[Pair]] = []
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
-        self.calls.append((query, list(passages)))
-        return np.array([len(p) / 20.0 - 3.0 for p in passages], dtype=np.float32)
+        return self.score_pairs([(query, passage) for passage in passages])
+
+    def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        return [len(query.split()) + len(passage.split()) + 3 for query, passage in pairs]
+
+    def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
+        self.batches.append(list(pairs))
+        return np.array([len(passage) / 20.0 - 3.0 for _, passage in pairs], dtype=np.float32)

@@ -131,3 +131,50 @@ def test_test_models_build_without_the_shared_tokenizer(tmp_path: Path):
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     assert embedder.embed_queries(["Wo mündet der Rhein?"]).shape == (1, 32)
     assert CrossEncoderScorer.from_settings(settings).score("q", ["a", "b"]).shape == (2,)
+
+
+def test_cuda_failures_become_the_errors_the_engine_acts_on():
+    import torch
+
+    from ragrank.errors import BatchTooLargeError, ModelFailedError
+    from ragrank.models import _device_errors
+
+    with pytest.raises(BatchTooLargeError), _device_errors():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    with pytest.raises(ModelFailedError), _device_errors():
+        raise RuntimeError("CUDA error: device-side assert triggered")
+    with pytest.raises(RuntimeError, match="shape mismatch"), _device_errors():
+        raise RuntimeError("shape mismatch")
+
+
+async def test_the_engine_splits_a_real_scorer_batch_on_simulated_oom(scorer, monkeypatch):
+    """The real model path: out-of-memory on batches over 3 pairs; every score still arrives."""
+    import torch
+
+    from server.batching import BatchEngine, EngineLimits
+
+    pairs = [("query", f"passage number {i} " + "x " * i) for i in range(10)]
+    expected = scorer.score_pairs(pairs)
+    forward = scorer._model.forward
+    refused: list[int] = []
+
+    def forward_that_runs_out_of_memory(*args, **kwargs):
+        if kwargs["input_ids"].shape[0] > 3:
+            refused.append(kwargs["input_ids"].shape[0])
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(scorer._model, "forward", forward_that_runs_out_of_memory)
+    engine = BatchEngine(
+        "rerank",
+        lengths=scorer.pair_lengths,
+        run=lambda p: scorer.score_pairs(p).tolist(),
+        limits=EngineLimits(max_batch_size=16, max_batch_tokens=100_000, max_wait_ms=0),
+    )
+    engine.start()
+    try:
+        scores = await engine.submit(pairs)
+    finally:
+        await engine.stop()
+    assert refused[0] == 10  # the first batch held all ten pairs and was split
+    np.testing.assert_allclose(scores, expected, atol=1e-4)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 import pytest
+from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from eval.beir import load_beir
 from indexing import Indexer
 from indexing.chunking import Chunker
 from ragrank import SAMPLE_DATASET
+from ragrank.errors import ModelFailedError
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
 from server import Services, create_app
@@ -47,15 +53,18 @@ async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, fake_servi
         await client.post("/v1/search", json={"query": "river sea", "top_k": 4, "candidates": 12})
     ).json()
     # FakeScorer scores by passage length: longest first.
-    query, passages = fake_services.scorer.calls[-1]
-    assert query == "river sea" and len(passages) == 12
-    expected = sorted(passages, key=len, reverse=True)[:4]
-    assert [f"{h['title']} {h['text']}" for h in body["results"]] == expected
+    pairs = [pair for batch in fake_services.scorer.batches for pair in batch]
+    assert {query for query, _ in pairs} == {"river sea"}
+    passages = [passage for _, passage in pairs]
+    assert len(passages) == 12
+    returned = [f"{h['title']} {h['text']}" for h in body["results"]]
+    assert set(returned) <= set(passages)
+    assert [len(p) for p in returned] == sorted(map(len, passages), reverse=True)[:4]
 
 
 async def test_no_scorer_call_without_rerank(client, fake_services):
     await client.post("/v1/search", json={"query": "river", "rerank": False})
-    assert fake_services.scorer.calls == []
+    assert fake_services.scorer.batches == []
 
 
 @pytest.mark.parametrize(
@@ -112,3 +121,80 @@ async def test_an_unreachable_store_means_503_and_not_ready():
             assert response.json()["error"]["code"] == "store_unavailable"
     finally:
         store.close()
+
+
+class SlowScorer(FakeScorer):
+    def score_pairs(self, pairs):
+        time.sleep(0.5)
+        return super().score_pairs(pairs)
+
+
+class DyingScorer(FakeScorer):
+    def score_pairs(self, pairs):
+        raise ModelFailedError("CUDA error: an illegal memory access was encountered")
+
+
+def _with_scorer(services: Services, scorer: FakeScorer) -> Services:
+    return Services(embedder=services.embedder, scorer=scorer, store=services.store)
+
+
+@asynccontextmanager
+async def concurrent_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+    """Litestar's test client serialises requests; httpx's ASGI transport runs them
+    concurrently on this event loop, as a real server would."""
+    async with (
+        app.lifespan(),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://ragrank.test"
+        ) as client,
+    ):
+        yield client
+
+
+async def test_concurrent_searches_share_reranker_batches(fake_services):
+    app = create_app(Settings(batch_wait_ms=50), services=fake_services)
+    queries = ["river sea", "coffee espresso", "solar panels", "bees flowers"]
+    async with concurrent_client(app) as client:
+        responses = await asyncio.gather(
+            *(
+                client.post("/v1/search", json={"query": q, "top_k": 3, "candidates": 6})
+                for q in queries
+            )
+        )
+    assert all(r.status_code == 200 for r in responses)
+    mixed = [b for b in fake_services.scorer.batches if len({q for q, _ in b}) > 1]
+    assert mixed, "pairs of different requests were scored in one forward pass"
+
+
+async def test_a_full_rerank_queue_answers_429_with_retry_after(fake_services):
+    services = _with_scorer(fake_services, SlowScorer())
+    app = create_app(Settings(queue_size=5, batch_wait_ms=0), services=services)
+    body = {"query": "river", "top_k": 5, "candidates": 5}
+    async with concurrent_client(app) as client:
+        first = asyncio.create_task(client.post("/v1/search", json=body))
+        await asyncio.sleep(0.2)  # its 5 pairs are in the worker now
+        second = asyncio.create_task(client.post("/v1/search", json=body))
+        await asyncio.sleep(0.1)  # its 5 pairs fill the queue
+        refused = await client.post("/v1/search", json=body)
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "queue_full"
+        assert (await first).status_code == 200
+        assert (await second).status_code == 200
+
+
+async def test_a_dead_reranker_means_503_and_not_ready(fake_services):
+    services = _with_scorer(fake_services, DyingScorer())
+    async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
+        assert (await client.get("/ready")).status_code == 200
+        failed = await client.post("/v1/search", json={"query": "river"})
+        assert failed.status_code == 503
+        assert failed.json()["error"]["code"] == "engine_unavailable"
+        ready = await client.get("/ready")
+        assert ready.status_code == 503
+        assert ready.json()["models"] is False
+        # Searches that need no reranker still work; reranking ones fail fast.
+        assert (
+            await client.post("/v1/search", json={"query": "x", "rerank": False})
+        ).status_code == 200
+        assert (await client.post("/v1/search", json={"query": "x"})).status_code == 503

@@ -59,7 +59,8 @@ def test_preset_fills_models_but_an_explicit_model_wins():
     [
         ({"RAGRANK_PORT": "eighty"}, "RAGRANK_PORT"),
         ({"RAGRANK_PORT": "0"}, "RAGRANK_PORT"),
-        ({"RAGRANK_EMBED_BATCH_SIZE": "0"}, "RAGRANK_EMBED_BATCH_SIZE"),
+        ({"RAGRANK_EMBED_BATCH_SIZE": "-1"}, "RAGRANK_EMBED_BATCH_SIZE"),
+        ({"RAGRANK_QUEUE_SIZE": "0"}, "RAGRANK_QUEUE_SIZE"),
         ({"RAGRANK_CHUNK_OVERLAP": "300"}, "RAGRANK_CHUNK_OVERLAP"),
         ({"RAGRANK_DTYPE": "int8"}, "RAGRANK_DTYPE"),
         ({"RAGRANK_PRESET": "huge"}, "RAGRANK_PRESET"),

@@ -1,0 +1,183 @@
+"""The batching engine with plain-Python models: sharing, mapping, limits and failures."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from ragrank.errors import BatchTooLargeError, ModelFailedError
+from server.batching import (
+    BatchEngine,
+    BatchStats,
+    EngineLimits,
+    EngineUnavailableError,
+    ItemTooLargeError,
+    ModelError,
+    QueueFullError,
+    RequestTimeoutError,
+)
+
+
+class Model:
+    """Items are ints; an item's token length is its value; the output is value * 10."""
+
+    def __init__(self, *, fits: int | None = None, gate: threading.Event | None = None) -> None:
+        self.fits = fits  # a batch with more padded tokens than this runs out of memory
+        self.gate = gate
+        self.batches: list[list[int]] = []
+
+    def lengths(self, items: Sequence[int]) -> list[int]:
+        return list(items)
+
+    def run(self, items: Sequence[int]) -> list[int]:
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fits is not None and len(items) * max(items) > self.fits:
+            raise BatchTooLargeError("simulated CUDA out of memory")
+        self.batches.append(list(items))
+        return [item * 10 for item in items]
+
+
+def _engine(model: Model, **limits: float) -> tuple[BatchEngine[int, int], list[BatchStats]]:
+    stats: list[BatchStats] = []
+    settings = {"max_batch_size": 8, "max_batch_tokens": 10_000, "max_wait_ms": 20.0, **limits}
+    engine: BatchEngine[int, int] = BatchEngine(
+        "test",
+        lengths=model.lengths,
+        run=model.run,
+        limits=EngineLimits(**settings),  # type: ignore[arg-type]
+        on_batch=[stats.append],
+    )
+    engine.start()
+    return engine, stats
+
+
+async def test_concurrent_requests_share_batches_and_get_their_own_results():
+    model = Model()
+    engine, stats = _engine(model, max_batch_size=64)
+    rng = random.Random(7)
+    requests = [[rng.randint(1, 50) for _ in range(rng.randint(1, 6))] for _ in range(20)]
+    results = await asyncio.gather(*(engine.submit(items) for items in requests))
+    assert results == [[item * 10 for item in items] for items in requests]
+    assert max(s.requests for s in stats) > 1, "items of different requests shared a batch"
+    assert sum(s.items for s in stats) == sum(map(len, requests))
+    await engine.stop()
+
+
+async def test_batches_are_length_sorted_and_respect_both_limits():
+    model = Model()
+    engine, stats = _engine(model, max_batch_size=4, max_batch_tokens=100)
+    items = [5, 40, 3, 25, 25, 10, 1, 30, 2, 8]
+    assert await engine.submit(items) == [i * 10 for i in items]
+    for batch in model.batches:
+        assert batch == sorted(batch, reverse=True)
+        assert len(batch) <= 4
+        assert len(batch) == 1 or len(batch) * max(batch) <= 100
+    assert all(s.padded_tokens >= s.tokens for s in stats)
+    await engine.stop()
+
+
+async def test_out_of_memory_splits_the_batch_and_fails_only_what_cannot_fit():
+    model = Model(fits=60)
+    engine, _ = _engine(model, max_batch_size=16)
+    small, huge = [10, 12, 9, 11, 10], [70]
+    results = await asyncio.gather(
+        engine.submit(small), engine.submit(huge), return_exceptions=True
+    )
+    assert results[0] == [i * 10 for i in small]
+    assert isinstance(results[1], ItemTooLargeError)
+    assert all(len(b) * max(b) <= 60 for b in model.batches)
+    assert engine.ready
+    await engine.stop()
+
+
+async def test_a_full_queue_refuses_with_queue_full():
+    gate = threading.Event()
+    engine, _ = _engine(Model(gate=gate), max_queue_items=4, max_wait_ms=0.0)
+    first = asyncio.create_task(engine.submit([1]))
+    await asyncio.sleep(0.1)  # the first request is now in the worker, the queue is empty
+    second = asyncio.create_task(engine.submit([1, 2, 3, 4]))
+    await asyncio.sleep(0.1)
+    assert engine.queue_depth == 4
+    with pytest.raises(QueueFullError) as refused:
+        await engine.submit([5])
+    assert refused.value.retry_after >= 1
+    gate.set()
+    assert await first == [10]
+    assert await second == [10, 20, 30, 40]
+    await engine.stop()
+
+
+async def test_timed_out_and_cancelled_requests_are_dropped_from_the_queue():
+    gate = threading.Event()
+    model = Model(gate=gate)
+    engine, _ = _engine(model, timeout_s=0.3, max_wait_ms=0.0)
+    blocker = asyncio.create_task(engine.submit([1], timeout_s=10))
+    await asyncio.sleep(0.1)
+    with pytest.raises(RequestTimeoutError):
+        await engine.submit([2, 3])
+    cancelled = asyncio.create_task(engine.submit([4], timeout_s=10))
+    await asyncio.sleep(0.05)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    gate.set()
+    assert await blocker == [10]
+    assert await engine.submit([5]) == [50]
+    ran = [item for batch in model.batches for item in batch]
+    assert 2 not in ran and 3 not in ran and 4 not in ran
+    await engine.stop()
+
+
+async def test_a_model_error_fails_its_batch_but_the_engine_carries_on():
+    calls = {"n": 0}
+
+    def flaky(items: Sequence[int]) -> list[int]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ValueError("boom /secret/path")
+        return [i * 10 for i in items]
+
+    engine: BatchEngine[int, int] = BatchEngine(
+        "flaky", lengths=list, run=flaky, limits=EngineLimits(8, 1000, max_wait_ms=0.0)
+    )
+    engine.start()
+    with pytest.raises(ModelError) as failed:
+        await engine.submit([1])
+    assert "/secret/path" not in str(failed.value)
+    assert engine.ready
+    assert await engine.submit([2]) == [20]
+    await engine.stop()
+
+
+async def test_a_dead_worker_fails_pending_and_new_requests_and_is_not_ready():
+    def fatal(items: Sequence[int]) -> list[int]:
+        raise ModelFailedError("CUDA error: device-side assert triggered")
+
+    engine: BatchEngine[int, int] = BatchEngine(
+        "dying", lengths=list, run=fatal, limits=EngineLimits(2, 1000, max_wait_ms=10.0)
+    )
+    engine.start()
+    results = await asyncio.gather(
+        engine.submit([1, 2, 3]), engine.submit([4]), return_exceptions=True
+    )
+    assert all(isinstance(r, EngineUnavailableError) for r in results)
+    assert not engine.ready
+    with pytest.raises(EngineUnavailableError, match="died"):
+        await engine.submit([5])
+    await engine.stop()
+
+
+async def test_stop_drains_queued_work_then_refuses():
+    model = Model()
+    engine, _ = _engine(model, max_batch_size=2, max_wait_ms=0.0)
+    pending = [asyncio.create_task(engine.submit([i, i + 1])) for i in range(1, 20, 2)]
+    await asyncio.sleep(0.01)
+    await engine.stop()
+    assert [await task for task in pending] == [[i * 10, (i + 1) * 10] for i in range(1, 20, 2)]
+    with pytest.raises(EngineUnavailableError):
+        await engine.submit([1])
