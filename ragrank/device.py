@@ -32,6 +32,7 @@ def resolve_placement(device: str = "auto", dtype: str = "auto") -> Placement:
 
 def batch_limits(placement: Placement, size: int = 0, tokens: int = 0) -> tuple[int, int]:
     """(items, padded tokens) per forward pass; 0 means the device's default. A GPU wants
-    large batches to stay busy; two CPU cores gain little past a few thousand tokens."""
+    large batches to stay busy; on two CPU cores 16 pairs per batch reranked 50 candidates in
+    1.07 s against 1.27 s with 32 (`python -m eval.bench_query`, README)."""
     gpu = placement.device.startswith("cuda")
-    return size or (128 if gpu else 32), tokens or (65_536 if gpu else 8_192)
+    return size or (128 if gpu else 16), tokens or (65_536 if gpu else 8_192)

@@ -160,14 +160,12 @@ class BatchEngine(Generic[Item, Output]):
         self._check_accepting()
         if not items:
             return []
-        if len(self._queue) + len(items) > self.limits.max_queue_items:
-            raise QueueFullError(
-                f"the {self.name} queue is full ({len(self._queue)} of "
-                f"{self.limits.max_queue_items} items waiting); retry shortly"
-            )
+        self._check_room(len(items))
         loop = asyncio.get_running_loop()
         lengths = await loop.run_in_executor(self._tokenizer, self.lengths, items)
+        # Checked again: other requests may have filled the queue while this one was tokenised.
         self._check_accepting()
+        self._check_room(len(items))
         request = _Request(
             future=loop.create_future(), outputs=[None] * len(items), remaining=len(items)
         )
@@ -188,6 +186,13 @@ class BatchEngine(Generic[Item, Output]):
             request.abandoned = True
             raise
         return outputs
+
+    def _check_room(self, count: int) -> None:
+        if len(self._queue) + count > self.limits.max_queue_items:
+            raise QueueFullError(
+                f"the {self.name} queue is full ({len(self._queue)} of "
+                f"{self.limits.max_queue_items} items waiting); retry shortly"
+            )
 
     def _check_accepting(self) -> None:
         if self._dead is not None:
