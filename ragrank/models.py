@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -25,6 +26,20 @@ log = logging.getLogger(__name__)
 Vectors = NDArray[np.float32]
 TokenSpans = list[tuple[int, int]]
 Pair = tuple[str, str]
+
+#: Documents longer than this many model windows are cut, unless a request says otherwise.
+DEFAULT_WINDOWS_PER_DOC = 8
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The (query, window) pairs to score for a list of documents, each fitting the model."""
+
+    pairs: list[Pair]
+    #: The document index each pair belongs to; a document scores its best window.
+    owners: list[int]
+    #: Tokens the model will read, special tokens included.
+    tokens: int
 
 
 class Embedder(Protocol):
@@ -67,6 +82,13 @@ class Scorer(Protocol):
 
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         """One forward pass: the float32 logit of each pair."""
+        ...
+
+    def plan_windows(
+        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
+    ) -> WindowPlan:
+        """Split each document (cut at `max_tokens_per_doc`) into overlapping windows that fit
+        the model together with the query, which is capped at a quarter of the budget."""
         ...
 
 
@@ -235,6 +257,10 @@ class CrossEncoderScorer:
         self.max_length = min(max_length, model_limit)
         self._device = placement.device
         self._batch_size = batch_size
+        # Special tokens a pair adds: 4 for XLM-R (<s> q </s></s> d </s>), 3 for BERT.
+        self._special_tokens = len(self._tokenizer("a", "b")["input_ids"]) - len(
+            self._tokenizer("a b", add_special_tokens=False)["input_ids"]
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CrossEncoderScorer:
@@ -266,6 +292,46 @@ class CrossEncoderScorer:
             # Logits leave the model in float32 whatever dtype it runs in.
             output = self._model(**features).logits.float().view(-1)
         return np.asarray(output.cpu().numpy(), dtype=np.float32)
+
+    def plan_windows(
+        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
+    ) -> WindowPlan:
+        budget = self.max_length - self._special_tokens
+        query_offsets = self._offsets([query])[0]
+        query_cap = max(1, budget // 4)
+        if len(query_offsets) > query_cap:
+            query = query[: query_offsets[query_cap - 1][1]]
+        query_tokens = min(len(query_offsets), query_cap)
+        # Two tokens of margin: a cut text can tokenise slightly differently at its edges.
+        window = max(1, budget - query_tokens - 2)
+        stride = max(1, window - window // 4)
+        limit = max_tokens_per_doc or window * DEFAULT_WINDOWS_PER_DOC
+        pairs: list[Pair] = []
+        owners: list[int] = []
+        tokens = 0
+        for index, (document, all_offsets) in enumerate(
+            zip(documents, self._offsets(documents), strict=True)
+        ):
+            offsets = all_offsets[:limit]
+            start = 0
+            while True:
+                piece = offsets[start : start + window]
+                text = document[piece[0][0] : piece[-1][1]] if piece else ""
+                pairs.append((query, text))
+                owners.append(index)
+                tokens += len(piece) + query_tokens + self._special_tokens
+                if start + window >= len(offsets):
+                    break
+                start += stride
+        return WindowPlan(pairs=pairs, owners=owners, tokens=tokens)
+
+    def _offsets(self, texts: Sequence[str]) -> list[TokenSpans]:
+        if not texts:
+            return []
+        encoded = self._tokenizer(
+            list(texts), add_special_tokens=False, return_offsets_mapping=True, truncation=False
+        )
+        return [[(int(s), int(e)) for s, e in spans] for spans in encoded["offset_mapping"]]
 
     def _encode_pairs(self, pairs: Sequence[Pair], *, tensors: bool) -> Any:
         return self._tokenizer(

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
+import uuid
+
+import numpy as np
 from litestar import Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
 from ragrank.errors import InvalidRequestError
-from server.schemas import Health, Readiness, SearchHit, SearchRequest, SearchResponse, Timings
+from ragrank.models import relevance
+from server.schemas import (
+    ApiVersion,
+    BilledUnits,
+    Health,
+    Readiness,
+    RerankDocument,
+    RerankMeta,
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    TeiRank,
+    TeiRerankRequest,
+    Timings,
+    TokenUsage,
+)
 from server.services import SearchService
+
+
+def _require_text(query: str) -> None:
+    if not query.strip():
+        raise InvalidRequestError("query must contain non-whitespace text", field="query")
 
 
 @post("/v1/search", status_code=HTTP_200_OK, tags=["search"])
 async def search(data: SearchRequest, search_service: SearchService) -> SearchResponse:
     """Retrieve the `candidates` nearest chunks by cosine, rerank them, and return `top_k`."""
-    if not data.query.strip():
-        raise InvalidRequestError("query must contain non-whitespace text", field="query")
+    _require_text(data.query)
     if data.top_k > data.candidates:
         raise InvalidRequestError(
             f"top_k ({data.top_k}) must not exceed candidates ({data.candidates})", field="top_k"
@@ -45,6 +70,62 @@ async def search(data: SearchRequest, search_service: SearchService) -> SearchRe
     )
 
 
+async def _ranked(
+    search_service: SearchService,
+    query: str,
+    texts: list[str],
+    *,
+    raw_scores: bool,
+    max_tokens_per_doc: int | None = None,
+) -> tuple[list[tuple[int, float]], int]:
+    """(document index, score) best first, and the tokens the reranker read."""
+    _require_text(query)
+    outcome = await search_service.rerank(query, texts, max_tokens_per_doc)
+    logits = np.asarray(outcome.logits, dtype=np.float32)
+    scores = logits.astype(np.float64) if raw_scores else relevance(logits)
+    order = np.argsort(-scores, kind="stable")
+    return [(int(i), float(scores[i])) for i in order], outcome.tokens
+
+
+@post(["/v1/rerank", "/v2/rerank"], status_code=HTTP_200_OK, tags=["rerank"])
+async def rerank(data: RerankRequest, search_service: SearchService) -> RerankResponse:
+    """Cohere-shaped reranking (v2; also served at /v2/rerank for Cohere's client)."""
+    texts = [d if isinstance(d, str) else d.text for d in data.documents]
+    ranked, tokens = await _ranked(
+        search_service,
+        data.query,
+        texts,
+        raw_scores=data.raw_scores,
+        max_tokens_per_doc=data.max_tokens_per_doc,
+    )
+    return RerankResponse(
+        id=str(uuid.uuid4()),
+        results=[
+            RerankResult(
+                index=index,
+                relevance_score=score,
+                document=RerankDocument(text=texts[index]) if data.return_documents else None,
+            )
+            for index, score in ranked[: data.top_n]
+        ],
+        meta=RerankMeta(
+            api_version=ApiVersion(),
+            billed_units=BilledUnits(search_units=1),
+            tokens=TokenUsage(input_tokens=tokens),
+        ),
+    )
+
+
+@post("/rerank", status_code=HTTP_200_OK, tags=["rerank"])
+async def rerank_tei(data: TeiRerankRequest, search_service: SearchService) -> list[TeiRank]:
+    """text-embeddings-inference-shaped reranking."""
+    ranked, _ = await _ranked(search_service, data.query, data.texts, raw_scores=data.raw_scores)
+    return [
+        TeiRank(index=index, score=score, text=data.texts[index] if data.return_text else None)
+        for index, score in ranked
+    ]
+
+
 @get("/health", tags=["operations"])
 async def health() -> Health:
     """Liveness: the process answers."""
@@ -69,4 +150,4 @@ async def ready(search_service: SearchService) -> Response[Readiness]:
     return Response(body, status_code=HTTP_200_OK if body.ready else HTTP_503_SERVICE_UNAVAILABLE)
 
 
-ROUTES = [search, health, ready]
+ROUTES = [search, rerank, rerank_tei, health, ready]

@@ -95,3 +95,94 @@ class ErrorDetail(Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 class ErrorResponse(Struct, frozen=True, kw_only=True):
     error: ErrorDetail
+
+
+MAX_RERANK_DOCUMENTS = 1_000
+MAX_DOCUMENT_CHARS = 100_000
+MAX_TOKENS_PER_DOC = 32_768
+
+DocumentText = Annotated[str, Meta(max_length=MAX_DOCUMENT_CHARS)]
+QueryText = Annotated[
+    str, Meta(min_length=1, max_length=MAX_QUERY_CHARS, description="The search text.")
+]
+
+
+class RerankDocument(Struct, frozen=True, kw_only=True):
+    text: DocumentText
+
+
+class RerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Cohere's v2 rerank request. `model` is accepted for client compatibility; the server
+    always uses its configured reranker."""
+
+    query: QueryText
+    documents: Annotated[
+        list[DocumentText | RerankDocument],
+        Meta(min_length=1, max_length=MAX_RERANK_DOCUMENTS),
+    ]
+    model: str | None = None
+    top_n: Annotated[int, Meta(ge=1)] | None = None
+    return_documents: bool = False
+    max_tokens_per_doc: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_TOKENS_PER_DOC,
+                description="Tokens of each document that are scored; longer ones are cut. "
+                "Default: 8 model windows.",
+            ),
+        ]
+        | None
+    ) = None
+    raw_scores: Annotated[
+        bool, Meta(description="Return the reranker's logits instead of sigmoid relevance.")
+    ] = False
+
+
+class RerankResult(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    index: int
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class ApiVersion(Struct, frozen=True, kw_only=True):
+    version: str = "2"
+
+
+class BilledUnits(Struct, frozen=True, kw_only=True):
+    search_units: int
+
+
+class TokenUsage(Struct, frozen=True, kw_only=True):
+    input_tokens: int
+
+
+class RerankMeta(Struct, frozen=True, kw_only=True):
+    api_version: ApiVersion
+    billed_units: BilledUnits
+    tokens: TokenUsage
+
+
+class RerankResponse(Struct, frozen=True, kw_only=True):
+    id: str
+    results: list[RerankResult]
+    meta: RerankMeta
+
+
+class TeiRerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """text-embeddings-inference's rerank request. Long texts are scored in windows, so
+    `truncate` changes nothing and is accepted for compatibility."""
+
+    query: QueryText
+    texts: Annotated[list[DocumentText], Meta(min_length=1, max_length=MAX_RERANK_DOCUMENTS)]
+    raw_scores: bool = False
+    return_text: bool = False
+    truncate: bool = False
+    truncation_direction: str | None = None
+
+
+class TeiRank(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    index: int
+    score: float
+    text: str | None = None

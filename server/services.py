@@ -4,8 +4,9 @@ dedicated threads so the event loop never blocks on torch or Qdrant."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -57,6 +58,14 @@ class Services:
 class ScoredHit:
     candidate: Candidate
     score: float
+
+
+@dataclass(frozen=True)
+class RerankOutcome:
+    #: One logit per document: its best window's.
+    logits: list[float]
+    #: Tokens the cross-encoder read, special tokens included.
+    tokens: int
 
 
 @dataclass(frozen=True)
@@ -130,8 +139,8 @@ class SearchService:
         retrieved = await self._in_store_thread(lambda: store.search(vector, candidates, where))
         fetched = time.perf_counter()
         if rerank and retrieved:
-            logits = await self.score_engine.submit([(query, c.chunk.passage) for c in retrieved])
-            scores = relevance(np.asarray(logits, dtype=np.float32))
+            reranked = await self.rerank(query, [c.chunk.passage for c in retrieved])
+            scores = relevance(np.asarray(reranked.logits, dtype=np.float32))
             hits = [ScoredHit(c, float(s)) for c, s in zip(retrieved, scores, strict=True)]
             # A stable sort keeps cosine order among equal rerank scores.
             hits.sort(key=lambda hit: hit.score, reverse=True)
@@ -148,6 +157,19 @@ class SearchService:
                 "total": (finished - started) * 1000,
             },
         )
+
+    async def rerank(
+        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
+    ) -> RerankOutcome:
+        """Score each document against the query; a long one is split into windows and takes
+        its best window's logit."""
+        scorer = self.services.scorer
+        plan = await asyncio.to_thread(scorer.plan_windows, query, documents, max_tokens_per_doc)
+        window_logits = await self.score_engine.submit(plan.pairs)
+        best = [-math.inf] * len(documents)
+        for owner, logit in zip(plan.owners, window_logits, strict=True):
+            best[owner] = max(best[owner], logit)
+        return RerankOutcome(logits=best, tokens=plan.tokens)
 
     async def store_ready(self) -> bool:
         return await self._in_store_thread(self.services.store.ping)

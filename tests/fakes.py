@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ragrank.models import Pair, TokenSpans
+from ragrank.models import Pair, TokenSpans, WindowPlan
 
 _WORD = re.compile(r"\S+")
 
@@ -66,6 +66,18 @@ class FakeScorer:
 
     def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
         return [len(query.split()) + len(passage.split()) + 3 for query, passage in pairs]
+
+    def plan_windows(
+        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
+    ) -> WindowPlan:
+        """Windows of 64 words, 48 apart; a document is cut at `max_tokens_per_doc` words."""
+        pairs, owners = [], []
+        for index, document in enumerate(documents):
+            words = document.split()[: max_tokens_per_doc or None]
+            for start in range(0, max(len(words) - 16, 1), 48):
+                pairs.append((query, " ".join(words[start : start + 64])))
+                owners.append(index)
+        return WindowPlan(pairs=pairs, owners=owners, tokens=sum(self.pair_lengths(pairs)))
 
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         self.batches.append(list(pairs))

@@ -178,3 +178,26 @@ async def test_the_engine_splits_a_real_scorer_batch_on_simulated_oom(scorer, mo
         await engine.stop()
     assert refused[0] == 10  # the first batch held all ten pairs and was split
     np.testing.assert_allclose(scores, expected, atol=1e-4)
+
+
+def test_windows_fit_the_model_and_the_query_takes_at_most_a_quarter(scorer):
+    document = " ".join(f"Sentence {i} is about rivers." for i in range(400))
+    query = "Which rivers flow north? " * 200
+    plan = scorer.plan_windows(query, ["a short document", document])
+    assert plan.owners.count(0) == 1
+    assert plan.owners.count(1) > 1
+    lengths = [len(scorer._tokenizer(q, d)["input_ids"]) for q, d in plan.pairs]
+    assert max(lengths) <= scorer.max_length
+    capped_query = plan.pairs[0][0]
+    assert query.startswith(capped_query)
+    assert len(scorer._tokenizer(capped_query, add_special_tokens=False)["input_ids"]) <= (
+        scorer.max_length // 4
+    )
+    assert abs(plan.tokens - sum(lengths)) <= 2 * len(lengths)
+    windows = [d for d, owner in zip(plan.pairs, plan.owners, strict=True) if owner == 1]
+    assert windows[0][1].startswith("Sentence 0 ")
+    # Neighbouring windows overlap.
+    assert windows[1][1][:20] in windows[0][1]
+    cut = scorer.plan_windows("q", [document], max_tokens_per_doc=30)
+    assert len(cut.pairs) == 1
+    assert len(scorer._tokenizer(cut.pairs[0][1], add_special_tokens=False)["input_ids"]) <= 31

@@ -1,0 +1,161 @@
+"""Cohere- and TEI-shaped reranking over HTTP, with the fake scorer (score = length / 20 - 3)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from litestar.testing import AsyncTestClient
+
+from ragrank.models import relevance
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore
+from server import Services, create_app
+from tests.fakes import FakeEmbedder, FakeScorer
+
+DOCUMENTS = ["short one", "a much longer document about rivers and seas", "medium text here"]
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[AsyncTestClient]:
+    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
+    store.ensure_collection(FakeEmbedder.dimension)
+    services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
+    async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
+        client.scorer = services.scorer  # type: ignore[attr-defined]
+        yield client
+    store.close()
+
+
+@pytest.mark.parametrize("path", ["/v1/rerank", "/v2/rerank"])
+async def test_cohere_shape_sorted_by_relevance_with_meta(client, path):
+    response = await client.post(
+        path,
+        json={
+            "model": "rerank-v3.5",
+            "query": "rivers",
+            "documents": DOCUMENTS,
+        },
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["id"]
+    assert [r["index"] for r in body["results"]] == [1, 2, 0]
+    expected = relevance(np.array([len(d) / 20 - 3 for d in DOCUMENTS], dtype=np.float32))
+    for result in body["results"]:
+        assert result["relevance_score"] == pytest.approx(expected[result["index"]])
+        assert "document" not in result
+    assert body["meta"]["billed_units"] == {"search_units": 1}
+    assert body["meta"]["tokens"]["input_tokens"] > 0
+
+
+async def test_top_n_return_documents_objects_and_raw_scores(client):
+    body = (
+        await client.post(
+            "/v1/rerank",
+            json={
+                "query": "rivers",
+                "documents": [{"text": d} for d in DOCUMENTS],
+                "top_n": 2,
+                "return_documents": True,
+                "raw_scores": True,
+            },
+        )
+    ).json()
+    assert [r["index"] for r in body["results"]] == [1, 2]
+    assert body["results"][0]["document"] == {"text": DOCUMENTS[1]}
+    assert body["results"][0]["relevance_score"] == pytest.approx(len(DOCUMENTS[1]) / 20 - 3)
+
+
+async def test_a_long_document_takes_its_best_windows_score(client):
+    long_document = " ".join(["w"] * 100 + ["wwwwwwwwwwwwwwwwwwww"] * 60)  # later windows longer
+    body = (
+        await client.post(
+            "/v1/rerank",
+            json={
+                "query": "q",
+                "documents": ["tiny", long_document],
+                "raw_scores": True,
+            },
+        )
+    ).json()
+    scorer = client.scorer
+    plan = scorer.plan_windows("q", ["tiny", long_document])
+    windows = [p for p, owner in zip(plan.pairs, plan.owners, strict=True) if owner == 1]
+    assert len(windows) > 1
+    best = max(scorer.score_pairs(windows))
+    result = next(r for r in body["results"] if r["index"] == 1)
+    assert result["relevance_score"] == pytest.approx(float(best))
+    cut = (
+        await client.post(
+            "/v1/rerank",
+            json={
+                "query": "q",
+                "documents": [long_document],
+                "raw_scores": True,
+                "max_tokens_per_doc": 50,
+            },
+        )
+    ).json()
+    assert cut["results"][0]["relevance_score"] < result["relevance_score"]
+
+
+async def test_tei_shape(client):
+    response = await client.post(
+        "/rerank",
+        json={
+            "query": "rivers",
+            "texts": DOCUMENTS,
+            "return_text": True,
+            "truncate": True,
+        },
+    )
+    assert response.status_code == 200
+    ranks = response.json()
+    assert [r["index"] for r in ranks] == [1, 2, 0]
+    assert ranks[0]["text"] == DOCUMENTS[1]
+    assert 0 < ranks[0]["score"] < 1
+    raw = (
+        await client.post("/rerank", json={"query": "q", "texts": DOCUMENTS, "raw_scores": True})
+    ).json()
+    assert "text" not in raw[0]
+    assert raw[0]["score"] == pytest.approx(len(DOCUMENTS[1]) / 20 - 3)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "fragment"),
+    [
+        ("/v1/rerank", {"query": "q", "documents": []}, "documents", "length >= 1"),
+        ("/v1/rerank", {"query": "q", "documents": ["d"] * 1001}, "documents", "length <= 1000"),
+        (
+            "/v1/rerank",
+            {"query": "q", "documents": ["x" * 100_001]},
+            "documents",
+            "length <= 100000",
+        ),
+        (
+            "/v1/rerank",
+            {"query": "q", "documents": [{"text": "x" * 100_001}]},
+            "documents",
+            "100000",
+        ),
+        ("/v1/rerank", {"query": " ", "documents": ["d"]}, "query", "non-whitespace"),
+        ("/v1/rerank", {"query": "x" * 2001, "documents": ["d"]}, "query", "length <= 2000"),
+        ("/v1/rerank", {"query": "q", "documents": ["d"], "top_n": 0}, "top_n", ">= 1"),
+        (
+            "/v1/rerank",
+            {"query": "q", "documents": ["d"], "max_tokens_per_doc": 0},
+            "max_tokens_per_doc",
+            ">= 1",
+        ),
+        ("/rerank", {"query": "q", "texts": ["d"] * 1001}, "texts", "length <= 1000"),
+    ],
+)
+async def test_limits_answer_400_naming_field_and_limit(client, path, body, field, fragment):
+    response = await client.post(path, json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["field"].startswith(field)
+    assert fragment in error["message"]
