@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import numpy as np
@@ -13,6 +14,10 @@ from ragrank.models import relevance
 from server.schemas import (
     ApiVersion,
     BilledUnits,
+    Embedding,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    EmbeddingsUsage,
     Health,
     Readiness,
     RerankDocument,
@@ -126,6 +131,28 @@ async def rerank_tei(data: TeiRerankRequest, search_service: SearchService) -> l
     ]
 
 
+@post("/v1/embeddings", status_code=HTTP_200_OK, tags=["embeddings"])
+async def embeddings(data: EmbeddingsRequest, search_service: SearchService) -> EmbeddingsResponse:
+    """OpenAI-shaped embeddings; `input_type` picks the query or passage prefix."""
+    texts = [data.input] if isinstance(data.input, str) else data.input
+    outcome = await search_service.embed(texts, as_queries=data.input_type == "query")
+    return EmbeddingsResponse(
+        data=[
+            Embedding(
+                index=index,
+                embedding=(
+                    base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+                    if data.encoding_format == "base64"
+                    else vector.tolist()
+                ),
+            )
+            for index, vector in enumerate(outcome.vectors)
+        ],
+        model=search_service.services.embedder.model_id,
+        usage=EmbeddingsUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens),
+    )
+
+
 @get("/health", tags=["operations"])
 async def health() -> Health:
     """Liveness: the process answers."""
@@ -150,4 +177,4 @@ async def ready(search_service: SearchService) -> Response[Readiness]:
     return Response(body, status_code=HTTP_200_OK if body.ready else HTTP_503_SERVICE_UNAVAILABLE)
 
 
-ROUTES = [search, rerank, rerank_tei, health, ready]
+ROUTES = [search, rerank, rerank_tei, embeddings, health, ready]

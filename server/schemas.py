@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
@@ -186,3 +186,42 @@ class TeiRank(Struct, frozen=True, kw_only=True, omit_defaults=True):
     index: int
     score: float
     text: str | None = None
+
+
+MAX_EMBED_INPUTS = 2_048
+
+EmbedText = Annotated[str, Meta(min_length=1, max_length=MAX_DOCUMENT_CHARS)]
+
+
+class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """OpenAI's embeddings request, plus `input_type`, which picks the e5 prefix."""
+
+    input: EmbedText | Annotated[list[EmbedText], Meta(min_length=1, max_length=MAX_EMBED_INPUTS)]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    input_type: Annotated[
+        Literal["query", "passage"],
+        Meta(description="Which prefix the texts get (`query: ` or `passage: ` for e5)."),
+    ] = "passage"
+    user: str | None = None
+
+
+class Embedding(Struct, frozen=True, kw_only=True):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: Annotated[
+        list[float] | str,
+        Meta(description="Floats, or base64 of little-endian float32 when asked for."),
+    ]
+
+
+class EmbeddingsUsage(Struct, frozen=True, kw_only=True):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(Struct, frozen=True, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingsUsage

@@ -69,6 +69,12 @@ class RerankOutcome:
 
 
 @dataclass(frozen=True)
+class EmbedOutcome:
+    vectors: list[Vector]
+    tokens: int
+
+
+@dataclass(frozen=True)
 class SearchOutcome:
     hits: list[ScoredHit]
     reranked: bool
@@ -170,6 +176,15 @@ class SearchService:
         for owner, logit in zip(plan.owners, window_logits, strict=True):
             best[owner] = max(best[owner], logit)
         return RerankOutcome(logits=best, tokens=plan.tokens)
+
+    async def embed(self, texts: Sequence[str], *, as_queries: bool) -> EmbedOutcome:
+        """Embed texts with the query or passage prefix, counting the tokens embedded."""
+        embedder = self.services.embedder
+        prefix = embedder.query_prefix if as_queries else embedder.passage_prefix
+        prefixed = [prefix + text for text in texts]
+        lengths = await asyncio.to_thread(embedder.text_lengths, prefixed)
+        vectors = await self.embed_engine.submit(prefixed)
+        return EmbedOutcome(vectors=vectors, tokens=sum(lengths))
 
     async def store_ready(self) -> bool:
         return await self._in_store_thread(self.services.store.ping)

@@ -1,0 +1,67 @@
+"""Official client libraries, pointed at a live server on loopback, work unchanged."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore
+from server import Services, create_app
+from tests.fakes import FakeEmbedder, FakeScorer
+
+DOCUMENTS = ["short one", "a much longer document about rivers and seas", "medium text here"]
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[str]:
+    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
+    store.ensure_collection(FakeEmbedder.dimension)
+    services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(Settings(), services=services),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=30)
+    store.close()
+
+
+def test_the_cohere_v2_client_reranks_unchanged(live_server):
+    cohere = pytest.importorskip("cohere")
+    client = cohere.ClientV2(api_key="not-checked", base_url=live_server)
+    response = client.rerank(model="rerank-v3.5", query="rivers", documents=DOCUMENTS, top_n=2)
+    assert [result.index for result in response.results] == [1, 2]
+    assert response.results[0].relevance_score > response.results[1].relevance_score
+
+
+def test_the_openai_client_embeds_unchanged(live_server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(api_key="not-checked", base_url=f"{live_server}/v1")
+    response = client.embeddings.create(model="any", input=["rivers and seas", "coffee"])
+    assert [item.index for item in response.data] == [0, 1]
+    assert len(response.data[0].embedding) == FakeEmbedder.dimension
+    assert response.usage.prompt_tokens > 0
+    # The client asks for base64 by default; floats must decode to the same vector.
+    floats = client.embeddings.create(model="any", input="rivers and seas", encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(response.data[0].embedding, abs=1e-6)
