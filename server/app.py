@@ -15,6 +15,7 @@ from litestar.openapi import OpenAPIConfig
 from ragrank import __version__
 from ragrank.settings import Settings
 from server.errors import EXCEPTION_HANDLERS
+from server.metrics import PROMETHEUS, MetricsController, instrument
 from server.routes import ROUTES
 from server.services import SearchService, Services
 
@@ -31,6 +32,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Lites
             ready = await anyio.to_thread.run_sync(Services.load, settings)
         try:
             async with SearchService(ready, settings) as search_service:
+                instrument(search_service.embed_engine)
+                instrument(search_service.score_engine)
                 app.state.search_service = search_service
                 yield
         finally:
@@ -42,7 +45,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Lites
         return service
 
     return Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, MetricsController],
+        middleware=[PROMETHEUS.middleware],
         dependencies={
             "search_service": Provide(provide_search_service, sync_to_thread=False),
         },

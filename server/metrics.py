@@ -1,0 +1,66 @@
+"""Prometheus metrics. Requests and durations by route and status come from Litestar's own
+middleware; the batching engines report what each forward pass held."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from prometheus_client import Gauge, Histogram
+
+from server.batching import BatchEngine, BatchStats
+
+_ENGINE = ["engine"]
+
+BATCH_ITEMS = Histogram(
+    "ragrank_batch_items",
+    "Items in one forward pass",
+    _ENGINE,
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+BATCH_REQUESTS = Histogram(
+    "ragrank_batch_requests",
+    "Requests sharing one forward pass",
+    _ENGINE,
+    buckets=(1, 2, 3, 4, 8, 16, 32, 64),
+)
+BATCH_TOKENS = Histogram(
+    "ragrank_batch_tokens",
+    "Padded tokens in one forward pass",
+    _ENGINE,
+    buckets=(64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536),
+)
+PADDING_RATIO = Histogram(
+    "ragrank_batch_padding_ratio",
+    "Share of a forward pass's tokens that are padding",
+    _ENGINE,
+    buckets=(0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
+)
+FORWARD_SECONDS = Histogram(
+    "ragrank_forward_seconds",
+    "Time of one forward pass, tokenisation included",
+    _ENGINE,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+QUEUE_DEPTH = Gauge("ragrank_queue_depth", "Items waiting for a forward pass", _ENGINE)
+
+
+def observe(stats: BatchStats) -> None:
+    labels = {"engine": stats.engine}
+    BATCH_ITEMS.labels(**labels).observe(stats.items)
+    BATCH_REQUESTS.labels(**labels).observe(stats.requests)
+    BATCH_TOKENS.labels(**labels).observe(stats.padded_tokens)
+    PADDING_RATIO.labels(**labels).observe(1 - stats.tokens / max(stats.padded_tokens, 1))
+    FORWARD_SECONDS.labels(**labels).observe(stats.seconds)
+
+
+def instrument(engine: BatchEngine[Any, Any]) -> None:
+    """Report `engine`'s batches and queue depth."""
+    engine.on_batch.append(observe)
+    QUEUE_DEPTH.labels(engine=engine.name).set_function(lambda: engine.queue_depth)
+
+
+PROMETHEUS = PrometheusConfig(
+    app_name="ragrank", prefix="ragrank_http", group_path=True, exclude=["/metrics"]
+)
+MetricsController = PrometheusController
