@@ -59,3 +59,9 @@ class ModelFailedError(RagrankError):
     """The model can no longer run (e.g. a CUDA error other than out-of-memory)."""
 
     code = "model_failed"
+
+
+class ClientDisconnectedError(RagrankError):
+    """The client went away before its answer was ready; its queued work was dropped."""
+
+    code = "client_disconnected"

@@ -18,7 +18,13 @@ from litestar.status_codes import (
     HTTP_504_GATEWAY_TIMEOUT,
 )
 
-from ragrank.errors import InvalidRequestError, ModelLoadError, RagrankError, StoreError
+from ragrank.errors import (
+    ClientDisconnectedError,
+    InvalidRequestError,
+    ModelLoadError,
+    RagrankError,
+    StoreError,
+)
 from server.batching import (
     EngineUnavailableError,
     ItemTooLargeError,
@@ -118,6 +124,8 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     RequestTimeoutError: _status(HTTP_504_GATEWAY_TIMEOUT),
     ItemTooLargeError: _status(HTTP_413_REQUEST_ENTITY_TOO_LARGE),
     ModelError: _status(HTTP_500_INTERNAL_SERVER_ERROR),
+    # Nobody reads this answer; 499 (nginx's "client closed request") marks it in logs and metrics.
+    ClientDisconnectedError: _status(499),
     HTTPException: http_error,
     Exception: internal_error,
 }

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import numpy as np
-from litestar import Response, get, post
+from litestar import Request, Response, get, post
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
-from ragrank.errors import InvalidRequestError
+from ragrank.errors import ClientDisconnectedError, InvalidRequestError
 from ragrank.models import relevance
 from server.schemas import (
     ApiVersion,
@@ -35,6 +38,30 @@ from server.schemas import (
 )
 from server.services import SearchService
 
+_Result = TypeVar("_Result")
+
+
+async def _unless_disconnected(
+    request: Request[Any, Any, Any], work: Awaitable[_Result]
+) -> _Result:
+    """Await `work`, cancelling it if the client disconnects first; the batching engines then
+    drop its queued items. (Litestar does not cancel handlers on disconnect by itself.)"""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientDisconnectedError("the client disconnected before the answer was ready")
+    return task.result()
+
 
 def _require_text(query: str) -> None:
     if not query.strip():
@@ -42,19 +69,24 @@ def _require_text(query: str) -> None:
 
 
 @post("/v1/search", status_code=HTTP_200_OK, tags=["search"])
-async def search(data: SearchRequest, search_service: SearchService) -> SearchResponse:
+async def search(
+    data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
+) -> SearchResponse:
     """Retrieve the `candidates` nearest chunks by cosine, rerank them, and return `top_k`."""
     _require_text(data.query)
     if data.top_k > data.candidates:
         raise InvalidRequestError(
             f"top_k ({data.top_k}) must not exceed candidates ({data.candidates})", field="top_k"
         )
-    outcome = await search_service.search(
-        data.query,
-        top_k=data.top_k,
-        candidates=data.candidates,
-        rerank=data.rerank,
-        where=data.filter,
+    outcome = await _unless_disconnected(
+        request,
+        search_service.search(
+            data.query,
+            top_k=data.top_k,
+            candidates=data.candidates,
+            rerank=data.rerank,
+            where=data.filter,
+        ),
     )
     return SearchResponse(
         results=[
@@ -76,6 +108,7 @@ async def search(data: SearchRequest, search_service: SearchService) -> SearchRe
 
 
 async def _ranked(
+    request: Request[Any, Any, Any],
     search_service: SearchService,
     query: str,
     texts: list[str],
@@ -85,7 +118,9 @@ async def _ranked(
 ) -> tuple[list[tuple[int, float]], int]:
     """(document index, score) best first, and the tokens the reranker read."""
     _require_text(query)
-    outcome = await search_service.rerank(query, texts, max_tokens_per_doc)
+    outcome = await _unless_disconnected(
+        request, search_service.rerank(query, texts, max_tokens_per_doc)
+    )
     logits = np.asarray(outcome.logits, dtype=np.float32)
     scores = logits.astype(np.float64) if raw_scores else relevance(logits)
     order = np.argsort(-scores, kind="stable")
@@ -93,10 +128,13 @@ async def _ranked(
 
 
 @post(["/v1/rerank", "/v2/rerank"], status_code=HTTP_200_OK, tags=["rerank"])
-async def rerank(data: RerankRequest, search_service: SearchService) -> RerankResponse:
+async def rerank(
+    data: RerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
+) -> RerankResponse:
     """Cohere-shaped reranking (v2; also served at /v2/rerank for Cohere's client)."""
     texts = [d if isinstance(d, str) else d.text for d in data.documents]
     ranked, tokens = await _ranked(
+        request,
         search_service,
         data.query,
         texts,
@@ -122,9 +160,13 @@ async def rerank(data: RerankRequest, search_service: SearchService) -> RerankRe
 
 
 @post("/rerank", status_code=HTTP_200_OK, tags=["rerank"])
-async def rerank_tei(data: TeiRerankRequest, search_service: SearchService) -> list[TeiRank]:
+async def rerank_tei(
+    data: TeiRerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
+) -> list[TeiRank]:
     """text-embeddings-inference-shaped reranking."""
-    ranked, _ = await _ranked(search_service, data.query, data.texts, raw_scores=data.raw_scores)
+    ranked, _ = await _ranked(
+        request, search_service, data.query, data.texts, raw_scores=data.raw_scores
+    )
     return [
         TeiRank(index=index, score=score, text=data.texts[index] if data.return_text else None)
         for index, score in ranked
@@ -132,10 +174,14 @@ async def rerank_tei(data: TeiRerankRequest, search_service: SearchService) -> l
 
 
 @post("/v1/embeddings", status_code=HTTP_200_OK, tags=["embeddings"])
-async def embeddings(data: EmbeddingsRequest, search_service: SearchService) -> EmbeddingsResponse:
+async def embeddings(
+    data: EmbeddingsRequest, search_service: SearchService, request: Request[Any, Any, Any]
+) -> EmbeddingsResponse:
     """OpenAI-shaped embeddings; `input_type` picks the query or passage prefix."""
     texts = [data.input] if isinstance(data.input, str) else data.input
-    outcome = await search_service.embed(texts, as_queries=data.input_type == "query")
+    outcome = await _unless_disconnected(
+        request, search_service.embed(texts, as_queries=data.input_type == "query")
+    )
     return EmbeddingsResponse(
         data=[
             Embedding(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -198,3 +200,62 @@ async def test_a_dead_reranker_means_503_and_not_ready(fake_services):
             await client.post("/v1/search", json={"query": "x", "rerank": False})
         ).status_code == 200
         assert (await client.post("/v1/search", json={"query": "x"})).status_code == 503
+
+
+class GatedScorer(FakeScorer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def score_pairs(self, pairs):
+        self.gate.wait(10)
+        return super().score_pairs(pairs)
+
+
+async def test_a_client_that_disconnects_has_its_queued_items_dropped(fake_services):
+    scorer = GatedScorer()
+    app = create_app(Settings(batch_wait_ms=0), services=_with_scorer(fake_services, scorer))
+    body = json.dumps({"query": "coffee espresso", "top_k": 3, "candidates": 3}).encode()
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    gone = asyncio.Event()
+    sent: list[dict] = []
+
+    async def receive():
+        if pending:
+            return pending.pop(0)
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/search",
+        "raw_path": b"/v1/search",
+        "query_string": b"",
+        "root_path": "",
+        "client": ("127.0.0.1", 5000),
+        "server": ("ragrank.test", 80),
+        "headers": [(b"content-type", b"application/json"), (b"host", b"ragrank.test")],
+    }
+    async with concurrent_client(app) as client:
+        first = asyncio.create_task(
+            client.post("/v1/search", json={"query": "rivers", "top_k": 3, "candidates": 3})
+        )
+        await asyncio.sleep(0.2)  # the first request's pairs hold the reranker's worker
+        second = asyncio.create_task(app(scope, receive, send))
+        await asyncio.sleep(0.2)
+        engine = app.state.search_service.score_engine
+        assert engine.queue_depth == 3  # the second request's pairs wait behind it
+        gone.set()  # the second client hangs up
+        await second
+        assert sent[0]["status"] == 499
+        scorer.gate.set()
+        assert (await first).status_code == 200
+    scored = {query for batch in scorer.batches for query, _ in batch}
+    assert scored == {"rivers"}, "the disconnected request's pairs were never scored"
