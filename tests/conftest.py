@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from litestar.testing import AsyncTestClient
 
+from eval.beir import load_beir
 from eval.random_models import load_tokenizer, save_random_model
 from ragrank import SAMPLE_DATASET
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
+from ragrank.store import QdrantStore
+from server import Services, create_app
+from tests.fakes import FakeEmbedder, FakeScorer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -125,6 +131,34 @@ def scorer(tiny_reranker_path: Path) -> CrossEncoderScorer:
     return CrossEncoderScorer.from_settings(
         Settings(rerank_model=str(tiny_reranker_path), device="cpu")
     )
+
+
+@pytest.fixture
+def fake_services(tmp_path: Path) -> Iterator[Services]:
+    """Fake models over an empty embedded collection: for tests of the HTTP layer."""
+    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
+    store.ensure_collection(FakeEmbedder.dimension)
+    yield Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
+    store.close()
+
+
+@pytest.fixture
+def indexed_services(fake_services: Services) -> Services:
+    """`fake_services` with the sample corpus indexed by the fake embedder."""
+    from indexing import Chunker, Indexer
+
+    embedder = fake_services.embedder
+    indexer = Indexer(
+        embedder, fake_services.store, chunker=Chunker(embedder.token_spans, max_tokens=100)
+    )
+    indexer.index(load_beir(SAMPLE_DATASET).corpus.values(), progress=False)
+    return fake_services
+
+
+@pytest.fixture
+async def fake_client(fake_services: Services) -> AsyncIterator[AsyncTestClient]:
+    async with AsyncTestClient(app=create_app(Settings(), services=fake_services)) as client:
+        yield client
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

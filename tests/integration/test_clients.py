@@ -6,30 +6,25 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import uvicorn
 
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
 from server import Services, create_app
-from tests.fakes import FakeEmbedder, FakeScorer
+from tests.fakes import FakeEmbedder
 
 DOCUMENTS = ["short one", "a much longer document about rivers and seas", "medium text here"]
 
 
 @pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[str]:
-    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
-    store.ensure_collection(FakeEmbedder.dimension)
-    services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
+def live_server(fake_services: Services) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(Settings(), services=services),
+            create_app(Settings(), services=fake_services),
             host="127.0.0.1",
             port=port,
             log_level="warning",
@@ -44,7 +39,6 @@ def live_server(tmp_path: Path) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=30)
-    store.close()
 
 
 def test_the_cohere_v2_client_reranks_unchanged(live_server):

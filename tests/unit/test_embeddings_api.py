@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import numpy as np
 import pytest
-from litestar.testing import AsyncTestClient
 
-from ragrank.settings import Settings
-from ragrank.store import QdrantStore
-from server import Services, create_app
-from tests.fakes import FakeEmbedder, FakeScorer
+from tests.fakes import FakeEmbedder
 
 
 @pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[AsyncTestClient]:
-    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
-    store.ensure_collection(FakeEmbedder.dimension)
-    services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
-    async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
-        client.embedder = services.embedder  # type: ignore[attr-defined]
-        yield client
-    store.close()
+def client(fake_client, fake_services):
+    fake_client.embedder = fake_services.embedder
+    return fake_client
 
 
 async def test_openai_shape_with_usage_and_prefix_by_input_type(client):

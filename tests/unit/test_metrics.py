@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from litestar.testing import AsyncTestClient
 
-from eval.beir import load_beir
-from indexing import Indexer
-from indexing.chunking import Chunker
-from ragrank import SAMPLE_DATASET
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
-from server import Services, create_app
-from tests.fakes import FakeEmbedder, FakeScorer
+from server import create_app
 
 
 def _value(text: str, name: str, **labels: str) -> float:
@@ -27,25 +20,14 @@ def _value(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-async def test_metrics_count_requests_by_route_and_status_and_report_batches(tmp_path: Path):
-    embedder = FakeEmbedder()
-    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
-    Indexer(embedder, store, chunker=Chunker(embedder.token_spans, max_tokens=100)).index(
-        load_beir(SAMPLE_DATASET).corpus.values(), progress=False
-    )
-    services = Services(embedder=embedder, scorer=FakeScorer(), store=store)
-    try:
-        async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
-            before = (await client.get("/metrics")).text
-            assert (
-                await client.post(
-                    "/v1/search", json={"query": "rivers", "top_k": 5, "candidates": 8}
-                )
-            ).status_code == 200
-            assert (await client.post("/v1/search", json={"query": ""})).status_code == 400
-            response = await client.get("/metrics")
-    finally:
-        store.close()
+async def test_metrics_count_requests_by_route_and_status_and_report_batches(indexed_services):
+    app = create_app(Settings(), services=indexed_services)
+    async with AsyncTestClient(app=app) as client:
+        before = (await client.get("/metrics")).text
+        search = {"query": "rivers", "top_k": 5, "candidates": 8}
+        assert (await client.post("/v1/search", json=search)).status_code == 200
+        assert (await client.post("/v1/search", json={"query": ""})).status_code == 400
+        response = await client.get("/metrics")
     assert response.status_code == 200
     text = response.text
     ok = _value(text, "ragrank_http_requests_total", path="/v1/search", status_code="200")

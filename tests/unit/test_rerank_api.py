@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import numpy as np
 import pytest
-from litestar.testing import AsyncTestClient
 
 from ragrank.models import relevance
-from ragrank.settings import Settings
-from ragrank.store import QdrantStore
-from server import Services, create_app
-from tests.fakes import FakeEmbedder, FakeScorer
 
 DOCUMENTS = ["short one", "a much longer document about rivers and seas", "medium text here"]
 
 
 @pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[AsyncTestClient]:
-    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
-    store.ensure_collection(FakeEmbedder.dimension)
-    services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
-    async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
-        client.scorer = services.scorer  # type: ignore[attr-defined]
-        yield client
-    store.close()
+def client(fake_client, fake_services):
+    fake_client.scorer = fake_services.scorer
+    return fake_client
 
 
 @pytest.mark.parametrize("path", ["/v1/rerank", "/v2/rerank"])

@@ -6,19 +6,14 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import httpx
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from eval.beir import load_beir
-from indexing import Indexer
-from indexing.chunking import Chunker
-from ragrank import SAMPLE_DATASET
 from ragrank.errors import ModelFailedError
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
@@ -27,35 +22,25 @@ from tests.fakes import FakeEmbedder, FakeScorer
 
 
 @pytest.fixture
-def fake_services(tmp_path: Path) -> Iterator[Services]:
-    embedder = FakeEmbedder()
-    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
-    indexer = Indexer(embedder, store, chunker=Chunker(embedder.token_spans, max_tokens=100))
-    indexer.index(load_beir(SAMPLE_DATASET).corpus.values(), progress=False)
-    yield Services(embedder=embedder, scorer=FakeScorer(), store=store)
-    store.close()
-
-
-@pytest.fixture
-async def client(fake_services: Services) -> AsyncIterator[AsyncTestClient]:
-    async with AsyncTestClient(app=create_app(Settings(), services=fake_services)) as client:
+async def client(indexed_services: Services) -> AsyncIterator[AsyncTestClient]:
+    async with AsyncTestClient(app=create_app(Settings(), services=indexed_services)) as client:
         yield client
 
 
-async def test_the_query_is_embedded_with_the_query_prefix(client, fake_services):
+async def test_the_query_is_embedded_with_the_query_prefix(client, indexed_services):
     response = await client.post("/v1/search", json={"query": "heat pumps"})
     assert response.status_code == 200
-    assert fake_services.embedder.seen[-1] == "query: heat pumps"
+    assert indexed_services.embedder.seen[-1] == "query: heat pumps"
     # Passages were embedded with the passage prefix at indexing time.
-    assert fake_services.embedder.seen[0].startswith("passage: ")
+    assert indexed_services.embedder.seen[0].startswith("passage: ")
 
 
-async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, fake_services):
+async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, indexed_services):
     body = (
         await client.post("/v1/search", json={"query": "river sea", "top_k": 4, "candidates": 12})
     ).json()
     # FakeScorer scores by passage length: longest first.
-    pairs = [pair for batch in fake_services.scorer.batches for pair in batch]
+    pairs = [pair for batch in indexed_services.scorer.batches for pair in batch]
     assert {query for query, _ in pairs} == {"river sea"}
     passages = [passage for _, passage in pairs]
     assert len(passages) == 12
@@ -64,9 +49,9 @@ async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, fake_servi
     assert [len(p) for p in returned] == sorted(map(len, passages), reverse=True)[:4]
 
 
-async def test_no_scorer_call_without_rerank(client, fake_services):
+async def test_no_scorer_call_without_rerank(client, indexed_services):
     await client.post("/v1/search", json={"query": "river", "rerank": False})
-    assert fake_services.scorer.batches == []
+    assert indexed_services.scorer.batches == []
 
 
 @pytest.mark.parametrize(
@@ -153,8 +138,8 @@ async def concurrent_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def test_concurrent_searches_share_reranker_batches(fake_services):
-    app = create_app(Settings(batch_wait_ms=50), services=fake_services)
+async def test_concurrent_searches_share_reranker_batches(indexed_services):
+    app = create_app(Settings(batch_wait_ms=50), services=indexed_services)
     queries = ["river sea", "coffee espresso", "solar panels", "bees flowers"]
     async with concurrent_client(app) as client:
         responses = await asyncio.gather(
@@ -164,12 +149,12 @@ async def test_concurrent_searches_share_reranker_batches(fake_services):
             )
         )
     assert all(r.status_code == 200 for r in responses)
-    mixed = [b for b in fake_services.scorer.batches if len({q for q, _ in b}) > 1]
+    mixed = [b for b in indexed_services.scorer.batches if len({q for q, _ in b}) > 1]
     assert mixed, "pairs of different requests were scored in one forward pass"
 
 
-async def test_a_full_rerank_queue_answers_429_with_retry_after(fake_services):
-    services = _with_scorer(fake_services, SlowScorer())
+async def test_a_full_rerank_queue_answers_429_with_retry_after(indexed_services):
+    services = _with_scorer(indexed_services, SlowScorer())
     app = create_app(Settings(queue_size=5, batch_wait_ms=0), services=services)
     body = {"query": "river", "top_k": 5, "candidates": 5}
     async with concurrent_client(app) as client:
@@ -185,8 +170,8 @@ async def test_a_full_rerank_queue_answers_429_with_retry_after(fake_services):
         assert (await second).status_code == 200
 
 
-async def test_a_dead_reranker_means_503_and_not_ready(fake_services):
-    services = _with_scorer(fake_services, DyingScorer())
+async def test_a_dead_reranker_means_503_and_not_ready(indexed_services):
+    services = _with_scorer(indexed_services, DyingScorer())
     async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
         assert (await client.get("/ready")).status_code == 200
         failed = await client.post("/v1/search", json={"query": "river"})
@@ -212,9 +197,9 @@ class GatedScorer(FakeScorer):
         return super().score_pairs(pairs)
 
 
-async def test_a_client_that_disconnects_has_its_queued_items_dropped(fake_services):
+async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_services):
     scorer = GatedScorer()
-    app = create_app(Settings(batch_wait_ms=0), services=_with_scorer(fake_services, scorer))
+    app = create_app(Settings(batch_wait_ms=0), services=_with_scorer(indexed_services, scorer))
     body = json.dumps({"query": "coffee espresso", "top_k": 3, "candidates": 3}).encode()
     pending = [{"type": "http.request", "body": body, "more_body": False}]
     gone = asyncio.Event()
