@@ -65,3 +65,37 @@ class ClientDisconnectedError(RagrankError):
     """The client went away before its answer was ready; its queued work was dropped."""
 
     code = "client_disconnected"
+
+
+class QueueFullError(RagrankError):
+    """The engine's queue cannot take this request now; retry after `retry_after` seconds."""
+
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineUnavailableError(RagrankError):
+    """The engine is stopped, stopping, or its worker died."""
+
+    code = "engine_unavailable"
+
+
+class RequestTimeoutError(RagrankError):
+    """The request's items were not all processed within the timeout."""
+
+    code = "timeout"
+
+
+class ItemTooLargeError(RagrankError):
+    """One item does not fit on the device even alone."""
+
+    code = "too_large_for_device"
+
+
+class ModelError(RagrankError):
+    """The model raised on a batch holding this request's items."""
+
+    code = "model_error"

@@ -20,17 +20,15 @@ from litestar.status_codes import (
 
 from ragrank.errors import (
     ClientDisconnectedError,
-    InvalidRequestError,
-    ModelLoadError,
-    RagrankError,
-    StoreError,
-)
-from server.batching import (
     EngineUnavailableError,
+    InvalidRequestError,
     ItemTooLargeError,
     ModelError,
+    ModelLoadError,
     QueueFullError,
+    RagrankError,
     RequestTimeoutError,
+    StoreError,
 )
 from server.schemas import ErrorDetail, ErrorResponse
 

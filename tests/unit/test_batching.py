@@ -9,17 +9,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from ragrank.errors import BatchTooLargeError, ModelFailedError
-from server.batching import (
-    BatchEngine,
-    BatchStats,
-    EngineLimits,
+from ragrank.errors import (
+    BatchTooLargeError,
     EngineUnavailableError,
     ItemTooLargeError,
     ModelError,
+    ModelFailedError,
     QueueFullError,
     RequestTimeoutError,
 )
+from server.batching import BatchEngine, BatchStats, EngineLimits
 
 
 class Model:
