@@ -11,11 +11,12 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.plugins.prometheus import PrometheusController
 
 from ragrank import __version__
 from ragrank.settings import Settings
 from server.errors import EXCEPTION_HANDLERS
-from server.metrics import PROMETHEUS, MetricsController, instrument
+from server.metrics import PROMETHEUS, instrument
 from server.routes import ROUTES
 from server.services import SearchService, Services
 
@@ -45,7 +46,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Lites
         return service
 
     return Litestar(
-        route_handlers=[*ROUTES, MetricsController],
+        route_handlers=[*ROUTES, PrometheusController],
         middleware=[PROMETHEUS.middleware],
         dependencies={
             "search_service": Provide(provide_search_service, sync_to_thread=False),

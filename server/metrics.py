@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.plugins.prometheus import PrometheusConfig
 from prometheus_client import Gauge, Histogram
 
 from server.batching import BatchEngine, BatchStats
@@ -63,4 +63,3 @@ def instrument(engine: BatchEngine[Any, Any]) -> None:
 PROMETHEUS = PrometheusConfig(
     app_name="ragrank", prefix="ragrank_http", group_path=True, exclude=["/metrics"]
 )
-MetricsController = PrometheusController
