@@ -6,7 +6,6 @@ implementations load through sentence-transformers, by hub id or local folder.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ from numpy.typing import NDArray
 from ragrank.device import Placement, batch_limits, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError
 from ragrank.settings import Settings, env_name
-
-log = logging.getLogger(__name__)
 
 Vectors = NDArray[np.float32]
 TokenSpans = list[tuple[int, int]]
@@ -38,8 +35,14 @@ class WindowPlan:
     pairs: list[Pair]
     #: The document index each pair belongs to; a document scores its best window.
     owners: list[int]
-    #: Tokens the model will read, special tokens included.
-    tokens: int
+    #: Tokens of each pair, special tokens included: the batching engine needs them, so the
+    #: pairs are not tokenised a second time.
+    lengths: list[int]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the model will read."""
+        return sum(self.lengths)
 
 
 class Embedder(Protocol):
@@ -104,6 +107,16 @@ def _device_errors() -> Iterator[None]:
         if "CUDA error" in str(exc):
             raise ModelFailedError(f"the model can no longer run: {exc}") from exc
         raise
+
+
+def _token_spans(tokenizer: Any, texts: Sequence[str]) -> list[TokenSpans]:
+    """Character (start, end) of each token of each text, special tokens excluded."""
+    if not texts:
+        return []
+    encoded = tokenizer(
+        list(texts), add_special_tokens=False, return_offsets_mapping=True, truncation=False
+    )
+    return [[(int(s), int(e)) for s, e in spans] for spans in encoded["offset_mapping"]]
 
 
 def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
@@ -185,10 +198,7 @@ class SentenceTransformerEmbedder:
         return self._encode([self.passage_prefix + t for t in texts])
 
     def token_spans(self, text: str) -> TokenSpans:
-        encoded = self._model.tokenizer(
-            text, add_special_tokens=False, return_offsets_mapping=True, truncation=False
-        )
-        return [(int(s), int(e)) for s, e in encoded["offset_mapping"]]
+        return _token_spans(self._model.tokenizer, [text])[0]
 
     def text_lengths(self, texts: Sequence[str]) -> list[int]:
         encoded = self._model.tokenizer(list(texts), truncation=True, max_length=self.max_length)
@@ -297,7 +307,7 @@ class CrossEncoderScorer:
         self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
     ) -> WindowPlan:
         budget = self.max_length - self._special_tokens
-        query_offsets = self._offsets([query])[0]
+        query_offsets = _token_spans(self._tokenizer, [query])[0]
         query_cap = max(1, budget // 4)
         if len(query_offsets) > query_cap:
             query = query[: query_offsets[query_cap - 1][1]]
@@ -308,9 +318,9 @@ class CrossEncoderScorer:
         limit = max_tokens_per_doc or window * DEFAULT_WINDOWS_PER_DOC
         pairs: list[Pair] = []
         owners: list[int] = []
-        tokens = 0
+        lengths: list[int] = []
         for index, (document, all_offsets) in enumerate(
-            zip(documents, self._offsets(documents), strict=True)
+            zip(documents, _token_spans(self._tokenizer, documents), strict=True)
         ):
             offsets = all_offsets[:limit]
             start = 0
@@ -319,19 +329,11 @@ class CrossEncoderScorer:
                 text = document[piece[0][0] : piece[-1][1]] if piece else ""
                 pairs.append((query, text))
                 owners.append(index)
-                tokens += len(piece) + query_tokens + self._special_tokens
+                lengths.append(len(piece) + query_tokens + self._special_tokens)
                 if start + window >= len(offsets):
                     break
                 start += stride
-        return WindowPlan(pairs=pairs, owners=owners, tokens=tokens)
-
-    def _offsets(self, texts: Sequence[str]) -> list[TokenSpans]:
-        if not texts:
-            return []
-        encoded = self._tokenizer(
-            list(texts), add_special_tokens=False, return_offsets_mapping=True, truncation=False
-        )
-        return [[(int(s), int(e)) for s, e in spans] for spans in encoded["offset_mapping"]]
+        return WindowPlan(pairs=pairs, owners=owners, lengths=lengths)
 
     def _encode_pairs(self, pairs: Sequence[Pair], *, tensors: bool) -> Any:
         return self._tokenizer(

@@ -127,17 +127,23 @@ class BatchEngine(Generic[Item, Output]):
         self._tokenizer.shutdown(wait=False, cancel_futures=True)
 
     async def submit(
-        self, items: Sequence[Item], *, timeout_s: float | None = None
+        self,
+        items: Sequence[Item],
+        *,
+        lengths: Sequence[int] | None = None,
+        timeout_s: float | None = None,
     ) -> list[Output]:
-        """Queue `items`, wait for all their outputs, return them in order. `timeout_s`
-        (default: the engine's) bounds the wait; on expiry the items still queued are dropped."""
+        """Queue `items`, wait for all their outputs, return them in order. `lengths` (token
+        counts) saves tokenising items whose caller already did; `timeout_s` (default: the
+        engine's) bounds the wait, and on expiry the items still queued are dropped."""
         timeout = self.limits.timeout_s if timeout_s is None else timeout_s
         self._check_accepting()
         if not items:
             return []
         self._check_room(len(items))
         loop = asyncio.get_running_loop()
-        lengths = await loop.run_in_executor(self._tokenizer, self.lengths, items)
+        if lengths is None:
+            lengths = await loop.run_in_executor(self._tokenizer, self.lengths, items)
         # Checked again: other requests may have filled the queue while this one was tokenised.
         self._check_accepting()
         self._check_room(len(items))

@@ -171,7 +171,7 @@ class SearchService:
         its best window's logit."""
         scorer = self.services.scorer
         plan = await asyncio.to_thread(scorer.plan_windows, query, documents, max_tokens_per_doc)
-        window_logits = await self.score_engine.submit(plan.pairs)
+        window_logits = await self.score_engine.submit(plan.pairs, lengths=plan.lengths)
         best = [-math.inf] * len(documents)
         for owner, logit in zip(plan.owners, window_logits, strict=True):
             best[owner] = max(best[owner], logit)
@@ -183,7 +183,7 @@ class SearchService:
         prefix = embedder.query_prefix if as_queries else embedder.passage_prefix
         prefixed = [prefix + text for text in texts]
         lengths = await asyncio.to_thread(embedder.text_lengths, prefixed)
-        vectors = await self.embed_engine.submit(prefixed)
+        vectors = await self.embed_engine.submit(prefixed, lengths=lengths)
         return EmbedOutcome(vectors=vectors, tokens=sum(lengths))
 
     async def store_ready(self) -> bool:

@@ -65,7 +65,7 @@ class FakeScorer:
         return self.score_pairs([(query, passage) for passage in passages])
 
     def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        return [len(query.split()) + len(passage.split()) + 3 for query, passage in pairs]
+        return [_pair_length(pair) for pair in pairs]
 
     def plan_windows(
         self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
@@ -77,8 +77,13 @@ class FakeScorer:
             for start in range(0, max(len(words) - 16, 1), 48):
                 pairs.append((query, " ".join(words[start : start + 64])))
                 owners.append(index)
-        return WindowPlan(pairs=pairs, owners=owners, tokens=sum(self.pair_lengths(pairs)))
+        return WindowPlan(pairs=pairs, owners=owners, lengths=[_pair_length(p) for p in pairs])
 
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         self.batches.append(list(pairs))
         return np.array([len(passage) / 20.0 - 3.0 for _, passage in pairs], dtype=np.float32)
+
+
+def _pair_length(pair: Pair) -> int:
+    query, passage = pair
+    return len(query.split()) + len(passage.split()) + 3

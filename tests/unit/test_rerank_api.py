@@ -146,3 +146,14 @@ async def test_limits_answer_400_naming_field_and_limit(client, path, body, fiel
     error = response.json()["error"]
     assert error["field"].startswith(field)
     assert fragment in error["message"]
+
+
+async def test_window_pairs_are_tokenised_once(client, monkeypatch):
+    """The window plan carries each pair's length; the engine must not tokenise them again."""
+
+    def tokenised_again(pairs):
+        raise AssertionError("pairs tokenised a second time")
+
+    monkeypatch.setattr(client.scorer, "pair_lengths", tokenised_again)
+    response = await client.post("/v1/rerank", json={"query": "q", "documents": DOCUMENTS})
+    assert response.status_code == 200
