@@ -10,7 +10,6 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ragrank import __version__
 from ragrank.errors import RagrankError
@@ -110,7 +109,7 @@ def _add_listen(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to listen on (RAGRANK_PORT, 8000)")
 
 
-def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+def settings_from_args(args: argparse.Namespace) -> Settings:
     """Environment first, then every flag the user gave."""
     names = (
         "embed_model",
@@ -126,7 +125,7 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
         "index_batch_size",
     )
     flags = {name: getattr(args, name, None) for name in names}
-    return Settings.from_env(preset=getattr(args, "preset", None), **flags, **extra)
+    return Settings.from_env(preset=getattr(args, "preset", None), **flags)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -42,13 +42,13 @@ class QdrantStore:
     @classmethod
     def from_settings(cls, settings: Settings) -> QdrantStore:
         try:
-            if settings.qdrant_url:
+            if settings.uses_embedded_qdrant:
+                settings.qdrant_path.mkdir(parents=True, exist_ok=True)
+                client = QdrantClient(path=str(settings.qdrant_path))
+            else:
                 client = QdrantClient(
                     url=settings.qdrant_url, api_key=settings.qdrant_api_key, timeout=10
                 )
-            else:
-                settings.qdrant_path.mkdir(parents=True, exist_ok=True)
-                client = QdrantClient(path=str(settings.qdrant_path))
         except RuntimeError as exc:
             # The embedded client locks its folder; a second process gets a RuntimeError.
             raise StoreError(
