@@ -14,6 +14,9 @@ from ragrank.errors import SettingsError
 
 ENV_PREFIX = "RAGRANK_"
 
+#: The batching policies of `server/batching.py`.
+BATCHINGS = ("sorted", "arrival", "request")
+
 DEFAULT_EMBED_MODEL = "intfloat/multilingual-e5-base"
 DEFAULT_RERANK_MODEL = "BAAI/bge-reranker-v2-m3"
 
@@ -55,6 +58,13 @@ class Settings:
     rerank_batch_size: int = 0
     rerank_batch_tokens: int = 0
     rerank_max_length: int = 512
+    #: `torch` runs the model as loaded; `int8` (CPU only) quantises its linear layers and is
+    #: used only if its rankings agree with the float model's (see `ragrank/quantization.py`).
+    rerank_backend: str = "torch"
+    #: Least mean per-query Spearman correlation with the float scores that `int8` must reach.
+    rerank_min_agreement: float = 0.9
+    #: How queued items become batches: sorted, arrival or request (see `server/batching.py`).
+    batching: str = "sorted"
     #: How long the batching engine waits for concurrent requests to join a batch.
     batch_wait_ms: int = 5
     #: Items waiting per model before new requests get 429.
@@ -78,6 +88,9 @@ class Settings:
             object.__setattr__(self, "query_prefix", query)
         if self.passage_prefix is None:
             object.__setattr__(self, "passage_prefix", passage)
+        self._check_values()
+
+    def _check_values(self) -> None:
         for name in (
             "rerank_max_length",
             "chunk_tokens",
@@ -102,10 +115,16 @@ class Settings:
             )
         if not 0 < self.port < 65536:
             raise SettingsError(f"{env_name('port')} must be between 1 and 65535")
-        if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
-            raise SettingsError(
-                f"{env_name('dtype')} must be one of auto, float32, float16, bfloat16"
-            )
+        choices = {
+            "rerank_backend": ("torch", "int8"),
+            "batching": BATCHINGS,
+            "dtype": ("auto", "float32", "float16", "bfloat16"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise SettingsError(f"{env_name(name)} must be one of {', '.join(allowed)}")
+        if not -1.0 <= self.rerank_min_agreement <= 1.0:
+            raise SettingsError(f"{env_name('rerank_min_agreement')} must be between -1 and 1")
 
     @property
     def uses_embedded_qdrant(self) -> bool:
@@ -164,8 +183,11 @@ def _convert(name: str, raw: str, kind: Any) -> Any:
     try:
         if base is int:
             return int(raw)
+        if base is float:
+            return float(raw)
         if base is Path:
             return Path(raw).expanduser()
         return raw
     except ValueError:
-        raise SettingsError(f"{env_name(name)} must be an integer, got {raw!r}") from None
+        kind_name = "a number" if base is float else "an integer"
+        raise SettingsError(f"{env_name(name)} must be {kind_name}, got {raw!r}") from None

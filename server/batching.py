@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from ragrank.errors import (
     BatchTooLargeError,
@@ -32,8 +32,14 @@ from ragrank.errors import (
 
 log = logging.getLogger(__name__)
 
+#: How a window of queued items becomes batches. `sorted` (the default): items of all waiting
+#: requests, longest first, cut by the padded-token budget. `arrival`: the same, in arrival order
+#: (a baseline for the benchmark). `request`: one request at a time, sorted, no sharing.
+BatchPolicy = Literal["sorted", "arrival", "request"]
+
 Item = TypeVar("Item")
 Output = TypeVar("Output")
+Prepared = TypeVar("Prepared")
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,10 @@ class EngineLimits:
     max_wait_ms: float = 5.0
     max_queue_items: int = 4096
     timeout_s: float = 60.0
+    policy: BatchPolicy = "sorted"
+    #: Tokenise on the model's own thread. On CPU cores this keeps tokenising from competing
+    #: with a forward pass for the cores; on a GPU a separate thread overlaps the two.
+    share_thread: bool = False
 
 
 @dataclass(eq=False)
@@ -95,7 +105,11 @@ class BatchEngine(Generic[Item, Output]):
         self._queue: deque[_Work[Item]] = deque()
         self._wakeup = asyncio.Event()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}")
-        self._tokenizer = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-tok")
+        self._tokenizer = (
+            self._worker
+            if self.limits.share_thread
+            else ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-tok")
+        )
         self._window: list[_Work[Item]] = []
         self._consumer: asyncio.Task[None] | None = None
         self._stopping = False
@@ -125,6 +139,12 @@ class BatchEngine(Generic[Item, Output]):
         self._fail_queued(EngineUnavailableError(f"the {self.name} engine has stopped"))
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._tokenizer.shutdown(wait=False, cancel_futures=True)
+
+    async def prepare(self, function: Callable[..., Prepared], *args: Any) -> Prepared:
+        """Run CPU-side preparation of a request (tokenising, planning) on the engine's
+        tokenizer thread, off the event loop."""
+        self._check_accepting()
+        return await asyncio.get_running_loop().run_in_executor(self._tokenizer, function, *args)
 
     async def submit(
         self,
@@ -198,26 +218,37 @@ class BatchEngine(Generic[Item, Output]):
             self._window = []
 
     def _take_window(self) -> list[_Work[Item]]:
-        """Up to a few batches' worth of live work, oldest first."""
+        """Up to a few batches' worth of live work, oldest first (under the `request` policy,
+        from the oldest request only)."""
         window: list[_Work[Item]] = []
-        cap = self.limits.max_batch_size * 4
+        # Eight batches' worth: enough to sort mixed lengths into well-filled batches.
+        cap = self.limits.max_batch_size * 8
         while self._queue and len(window) < cap:
+            another_request = window and self._queue[0].request is not window[0].request
+            if self.limits.policy == "request" and another_request:
+                break
             work = self._queue.popleft()
             if not work.request.abandoned:
                 window.append(work)
         return window
 
     def _form_batches(self, window: list[_Work[Item]]) -> list[list[_Work[Item]]]:
-        """Longest first; a batch grows while its padded size fits the token budget."""
+        """Longest first (or in arrival order); a batch grows while its padded size fits the
+        token budget."""
+        if self.limits.policy != "arrival":
+            window = sorted(window, key=lambda w: w.length, reverse=True)
         batches: list[list[_Work[Item]]] = []
         current: list[_Work[Item]] = []
-        for work in sorted(window, key=lambda w: w.length, reverse=True):
-            longest = current[0].length if current else work.length
-            fits = (len(current) + 1) * longest <= self.limits.max_batch_tokens
-            if current and (len(current) >= self.limits.max_batch_size or not fits):
+        longest = 0
+        for work in window:
+            padded = (len(current) + 1) * max(longest, work.length)
+            if current and (
+                len(current) >= self.limits.max_batch_size or padded > self.limits.max_batch_tokens
+            ):
                 batches.append(current)
-                current = []
+                current, longest = [], 0
             current.append(work)
+            longest = max(longest, work.length)
         if current:
             batches.append(current)
         return batches

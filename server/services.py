@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,7 +26,7 @@ from ragrank.models import (
 )
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
-from server.batching import BatchEngine, EngineLimits
+from server.batching import BatchEngine, BatchPolicy, EngineLimits
 
 _Result = TypeVar("_Result")
 Vector = NDArray[np.float32]
@@ -98,6 +98,8 @@ class SearchService:
                 max_wait_ms=settings.batch_wait_ms,
                 max_queue_items=settings.queue_size,
                 timeout_s=settings.request_timeout_s,
+                policy=cast("BatchPolicy", settings.batching),  # validated by Settings
+                share_thread=placement.device == "cpu",
             )
 
         self.embed_engine: BatchEngine[str, Vector] = BatchEngine(
@@ -170,7 +172,9 @@ class SearchService:
         """Score each document against the query; a long one is split into windows and takes
         its best window's logit."""
         scorer = self.services.scorer
-        plan = await asyncio.to_thread(scorer.plan_windows, query, documents, max_tokens_per_doc)
+        plan = await self.score_engine.prepare(
+            scorer.plan_windows, query, documents, max_tokens_per_doc
+        )
         window_logits = await self.score_engine.submit(plan.pairs, lengths=plan.lengths)
         best = [-math.inf] * len(documents)
         for owner, logit in zip(plan.owners, window_logits, strict=True):
@@ -182,7 +186,7 @@ class SearchService:
         embedder = self.services.embedder
         prefix = embedder.query_prefix if as_queries else embedder.passage_prefix
         prefixed = [prefix + text for text in texts]
-        lengths = await asyncio.to_thread(embedder.text_lengths, prefixed)
+        lengths = await self.embed_engine.prepare(embedder.text_lengths, prefixed)
         vectors = await self.embed_engine.submit(prefixed, lengths=lengths)
         return EmbedOutcome(vectors=vectors, tokens=sum(lengths))
 

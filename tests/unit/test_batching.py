@@ -41,7 +41,7 @@ class Model:
         return [item * 10 for item in items]
 
 
-def _engine(model: Model, **limits: float) -> tuple[BatchEngine[int, int], list[BatchStats]]:
+def _engine(model: Model, **limits: object) -> tuple[BatchEngine[int, int], list[BatchStats]]:
     stats: list[BatchStats] = []
     settings = {"max_batch_size": 8, "max_batch_tokens": 10_000, "max_wait_ms": 20.0, **limits}
     engine: BatchEngine[int, int] = BatchEngine(
@@ -77,6 +77,40 @@ async def test_batches_are_length_sorted_and_respect_both_limits():
         assert len(batch) <= 4
         assert len(batch) == 1 or len(batch) * max(batch) <= 100
     assert all(s.padded_tokens >= s.tokens for s in stats)
+    await engine.stop()
+
+
+async def test_arrival_policy_keeps_arrival_order_under_the_same_limits():
+    model = Model()
+    engine, _ = _engine(model, max_batch_size=4, max_batch_tokens=100, policy="arrival")
+    items = [5, 40, 3, 25, 25, 10, 1, 30, 2, 8]
+    assert await engine.submit(items) == [i * 10 for i in items]
+    assert [item for batch in model.batches for item in batch] == items
+    for batch in model.batches:
+        assert len(batch) <= 4
+        assert len(batch) == 1 or len(batch) * max(batch) <= 100
+    await engine.stop()
+
+
+async def test_request_policy_never_mixes_requests_in_a_batch():
+    model = Model()
+    engine, stats = _engine(model, max_batch_size=64, policy="request")
+    requests = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    results = await asyncio.gather(*(engine.submit(items) for items in requests))
+    assert results == [[item * 10 for item in items] for items in requests]
+    assert all(s.requests == 1 for s in stats)
+    assert sorted(map(sorted, model.batches)) == sorted(map(sorted, requests))
+    await engine.stop()
+
+
+async def test_sorted_policy_sorts_across_requests():
+    model = Model()
+    engine, stats = _engine(model, max_batch_size=2)
+    requests = [[1, 9], [8, 2], [3, 7]]
+    # With lengths given, all three requests are queued before the consumer wakes.
+    await asyncio.gather(*(engine.submit(items, lengths=items) for items in requests))
+    assert model.batches == [[9, 8], [7, 3], [2, 1]]
+    assert [s.requests for s in stats] == [2, 1, 2]
     await engine.stop()
 
 
