@@ -6,6 +6,9 @@ implementations load through sentence-transformers, by hub id or local folder.
 
 from __future__ import annotations
 
+import copy
+import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +21,10 @@ from numpy.typing import NDArray
 
 from ragrank.device import Placement, batch_limits, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError
+from ragrank.quantization import Agreement, calibration_groups, checked_agreement, quantize_int8
 from ragrank.settings import Settings, env_name
+
+log = logging.getLogger(__name__)
 
 Vectors = NDArray[np.float32]
 TokenSpans = list[tuple[int, int]]
@@ -109,6 +115,20 @@ def _device_errors() -> Iterator[None]:
         raise
 
 
+class _SideTokenizer:
+    """A private, locked copy of a model's tokenizer for work outside the model's thread
+    (planning windows, counting tokens). A Rust fast tokenizer must not serve two threads at
+    once: calls with different truncation or padding settings fail with "Already borrowed"."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = copy.deepcopy(tokenizer)
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._tokenizer(*args, **kwargs)
+
+
 def _token_spans(tokenizer: Any, texts: Sequence[str]) -> list[TokenSpans]:
     """Character (start, end) of each token of each text, special tokens excluded."""
     if not texts:
@@ -180,6 +200,7 @@ class SentenceTransformerEmbedder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self._batch_size = batch_size
+        self._side = _SideTokenizer(self._model.tokenizer)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
@@ -198,10 +219,10 @@ class SentenceTransformerEmbedder:
         return self._encode([self.passage_prefix + t for t in texts])
 
     def token_spans(self, text: str) -> TokenSpans:
-        return _token_spans(self._model.tokenizer, [text])[0]
+        return _token_spans(self._side, [text])[0]
 
     def text_lengths(self, texts: Sequence[str]) -> list[int]:
-        encoded = self._model.tokenizer(list(texts), truncation=True, max_length=self.max_length)
+        encoded = self._side(list(texts), truncation=True, max_length=self.max_length)
         return [len(ids) for ids in encoded["input_ids"]]
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
@@ -235,6 +256,8 @@ class CrossEncoderScorer:
         placement: Placement,
         batch_size: int = 16,
         max_length: int = 512,
+        backend: str = "torch",
+        min_agreement: float = 0.9,
     ) -> None:
         from sentence_transformers import CrossEncoder
 
@@ -261,8 +284,9 @@ class CrossEncoderScorer:
             )
         self.model_id = model_id
         model.train(False)
-        self._model = model
+        self._model: torch.nn.Module = model
         self._tokenizer = encoder.tokenizer
+        self._side = _SideTokenizer(self._tokenizer)
         model_limit = int(getattr(self._tokenizer, "model_max_length", max_length) or max_length)
         self.max_length = min(max_length, model_limit)
         self._device = placement.device
@@ -271,6 +295,33 @@ class CrossEncoderScorer:
         self._special_tokens = len(self._tokenizer("a", "b")["input_ids"]) - len(
             self._tokenizer("a b", add_special_tokens=False)["input_ids"]
         )
+        #: How the int8 backend ranks against the float model; None on the torch backend.
+        self.agreement: Agreement | None = None
+        if backend == "int8":
+            self._use_int8(min_agreement)
+
+    def _use_int8(self, min_agreement: float) -> None:
+        """Swap in the int8 model, if its rankings agree with the float model's."""
+        backend, threshold = env_name("rerank_backend"), env_name("rerank_min_agreement")
+        if self._device != "cpu":
+            raise ModelLoadError(
+                f"{backend}=int8 runs on the CPU only; set {backend}=torch on {self._device}"
+            )
+        quantized = quantize_int8(self._model)
+        agreement = checked_agreement(
+            calibration_groups(),
+            lambda pairs: self._forward(self._model, pairs),
+            lambda pairs: self._forward(quantized, pairs),
+        )
+        if agreement.mean_spearman < min_agreement:
+            raise ModelLoadError(
+                f"The int8 reranking model {self.model_id!r} ranks too differently from the "
+                f"float one ({agreement}); {threshold} is {min_agreement:g}. "
+                f"Set {backend}=torch, or lower {threshold} if that is acceptable."
+            )
+        log.info("reranker: int8 backend in use; against float32: %s", agreement)
+        self._model = quantized
+        self.agreement = agreement
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CrossEncoderScorer:
@@ -279,6 +330,8 @@ class CrossEncoderScorer:
             placement=(placement := resolve_placement(settings.device, settings.dtype)),
             batch_size=batch_limits(placement, settings.rerank_batch_size)[0],
             max_length=settings.rerank_max_length,
+            backend=settings.rerank_backend,
+            min_agreement=settings.rerank_min_agreement,
         )
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
@@ -291,23 +344,31 @@ class CrossEncoderScorer:
         return logits
 
     def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        encoded = self._encode_pairs(pairs, tensors=False)
+        encoded = self._side(
+            [query for query, _ in pairs],
+            [passage for _, passage in pairs],
+            truncation="longest_first",
+            max_length=self.max_length,
+        )
         return [len(ids) for ids in encoded["input_ids"]]
 
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
+        return self._forward(self._model, pairs)
+
+    def _forward(self, model: Any, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        features = self._encode_pairs(pairs, tensors=True).to(self._device)
+        features = self._encode_pairs(pairs).to(self._device)
         with _device_errors(), torch.inference_mode():
             # Logits leave the model in float32 whatever dtype it runs in.
-            output = self._model(**features).logits.float().view(-1)
+            output = model(**features).logits.float().view(-1)
         return np.asarray(output.cpu().numpy(), dtype=np.float32)
 
     def plan_windows(
         self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
     ) -> WindowPlan:
         budget = self.max_length - self._special_tokens
-        query_offsets = _token_spans(self._tokenizer, [query])[0]
+        query_offsets = _token_spans(self._side, [query])[0]
         query_cap = max(1, budget // 4)
         if len(query_offsets) > query_cap:
             query = query[: query_offsets[query_cap - 1][1]]
@@ -320,7 +381,7 @@ class CrossEncoderScorer:
         owners: list[int] = []
         lengths: list[int] = []
         for index, (document, all_offsets) in enumerate(
-            zip(documents, _token_spans(self._tokenizer, documents), strict=True)
+            zip(documents, _token_spans(self._side, documents), strict=True)
         ):
             offsets = all_offsets[:limit]
             start = 0
@@ -335,12 +396,13 @@ class CrossEncoderScorer:
                 start += stride
         return WindowPlan(pairs=pairs, owners=owners, lengths=lengths)
 
-    def _encode_pairs(self, pairs: Sequence[Pair], *, tensors: bool) -> Any:
+    def _encode_pairs(self, pairs: Sequence[Pair]) -> Any:
+        """Padded tensors for one forward pass; only the model's own thread calls this."""
         return self._tokenizer(
             [query for query, _ in pairs],
             [passage for _, passage in pairs],
-            padding=tensors,
+            padding=True,
             truncation="longest_first",
             max_length=self.max_length,
-            return_tensors="pt" if tensors else None,
+            return_tensors="pt",
         )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +202,29 @@ def test_windows_fit_the_model_and_the_query_takes_at_most_a_quarter(scorer):
     cut = scorer.plan_windows("q", [document], max_tokens_per_doc=30)
     assert len(cut.pairs) == 1
     assert len(scorer._tokenizer(cut.pairs[0][1], add_special_tokens=False)["input_ids"]) <= 31
+
+
+def test_planning_and_scoring_can_run_on_different_threads_at_once(scorer):
+    """A fast tokenizer shared by two threads fails ("Already borrowed", or tensors built with
+    the other call's truncation settings); planning and counting use their own copy."""
+    documents = ["word " * (50 + i) for i in range(32)]
+    pairs = [("a query", d) for d in documents]
+    errors: list[BaseException] = []
+
+    def repeat(function, times: int) -> None:
+        try:
+            for _ in range(times):
+                function()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=repeat, args=(lambda: scorer.score_pairs(pairs[:4]), 30)),
+        threading.Thread(target=repeat, args=(lambda: scorer.plan_windows("q", documents), 200)),
+        threading.Thread(target=repeat, args=(lambda: scorer.pair_lengths(pairs), 200)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
