@@ -1,10 +1,22 @@
-"""Documents → chunks → passage embeddings → Qdrant points, in batches, with a progress bar."""
+"""Documents → chunks → passage embeddings → Qdrant points: an idempotent, crash-safe sync.
+
+Every chunk point carries its document's stamp: a content hash (of the text, title, metadata
+and everything that shapes the vectors: model, prefix, chunk size) and the document's chunk
+count. A document is skipped, without chunking or embedding, when the collection holds exactly
+its chunks 0..n-1, all with the current stamp. Anything else, including what a run killed
+half-way left behind, fails that check, so the next run rewrites the document: its points are
+upserted (ids from doc_id and chunk number, so overwritten in place) and then the points past
+its new end are deleted.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
-from collections.abc import Iterable, Sized
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sized
+from dataclasses import dataclass, field
+from itertools import islice
 
 from tqdm import tqdm
 
@@ -12,35 +24,67 @@ from indexing.chunking import Chunker
 from ragrank.documents import Chunk, Document
 from ragrank.models import Embedder
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import DocumentStamp, QdrantStore
+
+#: Metadata that changes without the document changing (a file's mtime): not hashed.
+VOLATILE_METADATA = frozenset({"modified"})
+#: Documents looked up in the collection per round trip.
+LOOKUP_BATCH = 64
 
 
-@dataclass(frozen=True)
+@dataclass
 class IndexSummary:
-    documents: int
-    chunks: int
-    seconds: float
+    new: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+    deleted_ids: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def documents(self) -> int:
+        """Documents read from the source."""
+        return self.new + self.updated + self.unchanged
 
     def __str__(self) -> str:
         rate = self.chunks / self.seconds if self.seconds > 0 else 0.0
         return (
-            f"indexed {self.documents} documents as {self.chunks} chunks "
+            f"{self.documents} documents: {self.new} new, {self.updated} updated, "
+            f"{self.unchanged} unchanged, {self.deleted} deleted; {self.chunks} chunks embedded "
             f"in {self.seconds:.1f} s ({rate:.1f} chunks/s)"
         )
 
 
+@dataclass(frozen=True)
+class _Pending:
+    document: Document
+    chunks: list[Chunk]
+    stamp: DocumentStamp
+
+
 class Indexer:
-    """Embeds and upserts documents. Point ids come from (doc_id, chunk index), so indexing a
-    document again overwrites its points instead of duplicating them."""
+    """Syncs documents into the collection; see the module docstring."""
 
     def __init__(
-        self, embedder: Embedder, store: QdrantStore, *, chunker: Chunker, batch_size: int = 64
+        self,
+        embedder: Embedder,
+        store: QdrantStore,
+        *,
+        chunker: Chunker,
+        batch_size: int = 64,
+        metadata_indexes: tuple[str, ...] = (),
     ) -> None:
         self._embedder = embedder
-        self._store = store
+        self.store = store
         self._chunker = chunker
         self._batch_size = batch_size
         store.ensure_collection(embedder.dimension)
+        store.ensure_payload_indexes(metadata_indexes)
+        # Whatever shapes the vectors: a change re-embeds every document.
+        self._recipe = json.dumps(
+            [embedder.model_id, embedder.passage_prefix, chunker.max_tokens, chunker.overlap]
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, embedder: Embedder, store: QdrantStore) -> Indexer:
@@ -52,29 +96,85 @@ class Indexer:
             max_tokens=budget,
             overlap=min(settings.chunk_overlap, budget - 1),
         )
-        return cls(embedder, store, chunker=chunker, batch_size=settings.index_batch_size)
+        return cls(
+            embedder,
+            store,
+            chunker=chunker,
+            batch_size=settings.index_batch_size,
+            metadata_indexes=settings.metadata_index_keys,
+        )
 
-    def index(self, documents: Iterable[Document], *, progress: bool = True) -> IndexSummary:
+    def content_hash(self, document: Document) -> str:
+        metadata = {k: v for k, v in document.metadata.items() if k not in VOLATILE_METADATA}
+        content = json.dumps(
+            [self._recipe, document.title, document.text, metadata],
+            sort_keys=True,
+            ensure_ascii=False,
+            default=str,
+        )
+        return hashlib.sha256(content.encode()).hexdigest()
+
+    def index(
+        self,
+        documents: Iterable[Document],
+        *,
+        origin: str = "",
+        delete_missing: bool = False,
+        progress: bool = True,
+    ) -> IndexSummary:
+        """Sync `documents` into the collection. With `delete_missing`, documents indexed
+        earlier from the same `origin` that are not among `documents` are deleted."""
+        if delete_missing and not origin:
+            raise ValueError("delete_missing needs the origin the documents come from")
         started = time.perf_counter()
-        pending: list[Chunk] = []
-        document_count = chunk_count = 0
+        summary = IndexSummary()
+        seen: set[str] = set()
+        pending: list[_Pending] = []
         total = len(documents) if isinstance(documents, Sized) else None
         with tqdm(total=total, desc="indexing", unit="doc", disable=not progress) as bar:
-            for document in documents:
-                pending.extend(self._chunker.chunk(document))
-                document_count += 1
-                bar.update()
-                while len(pending) >= self._batch_size:
-                    batch, pending = pending[: self._batch_size], pending[self._batch_size :]
-                    chunk_count += self._write(batch)
-                    bar.set_postfix(chunks=chunk_count)
-            chunk_count += self._write(pending)
-            bar.set_postfix(chunks=chunk_count)
-        return IndexSummary(document_count, chunk_count, time.perf_counter() - started)
+            for group in _batched(iter(documents), LOOKUP_BATCH):
+                stored = self.store.stored_documents([d.doc_id for d in group])
+                for document in group:
+                    seen.add(document.doc_id)
+                    content_hash = self.content_hash(document)
+                    held = stored.get(document.doc_id)
+                    if held is not None and held.holds_version(content_hash, origin):
+                        summary.unchanged += 1
+                        continue
+                    chunks = self._chunker.chunk(document)
+                    stamp = DocumentStamp(content_hash, len(chunks), origin)
+                    pending.append(_Pending(document, chunks, stamp))
+                    if held is None:
+                        summary.new += 1
+                    else:
+                        summary.updated += 1
+                    if sum(len(p.chunks) for p in pending) >= self._batch_size:
+                        summary.chunks += self._write(pending)
+                        pending = []
+                bar.update(len(group))
+                elapsed = time.perf_counter() - started
+                bar.set_postfix(
+                    chunks=summary.chunks, chunks_per_s=f"{summary.chunks / elapsed:.1f}"
+                )
+            summary.chunks += self._write(pending)
+        if delete_missing:
+            missing = sorted(self.store.documents_from(origin) - seen)
+            self.store.delete_documents(missing)
+            summary.deleted, summary.deleted_ids = len(missing), missing
+        summary.seconds = time.perf_counter() - started
+        return summary
 
-    def _write(self, chunks: list[Chunk]) -> int:
-        if not chunks:
-            return 0
-        vectors = self._embedder.embed_passages([c.passage for c in chunks])
-        self._store.upsert(chunks, vectors)
+    def _write(self, pending: list[_Pending]) -> int:
+        """Embed (length-sorted batches), upsert, then cut each document's stale tail."""
+        chunks = [chunk for item in pending for chunk in item.chunks]
+        if chunks:
+            vectors = self._embedder.embed_passages([c.passage for c in chunks])
+            stamps = {item.document.doc_id: item.stamp for item in pending}
+            self.store.upsert(chunks, vectors, stamps)
+        self.store.delete_tails({item.document.doc_id: item.stamp.chunks for item in pending})
         return len(chunks)
+
+
+def _batched(items: Iterator[Document], size: int) -> Iterator[list[Document]]:
+    while group := list(islice(items, size)):
+        yield group

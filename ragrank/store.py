@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,34 @@ POINT_NAMESPACE = uuid.UUID("4f1f0c62-3c1b-5a57-9d0e-7a1d2c9b6e11")
 TOP_LEVEL_FILTER_KEYS = frozenset({"doc_id"})
 
 
+@dataclass(frozen=True)
+class DocumentStamp:
+    """What every chunk point of a document records about the version it came from."""
+
+    content_hash: str
+    chunks: int
+    #: The source it was indexed from (a folder or file path), for `--delete-missing`.
+    origin: str = ""
+
+
+@dataclass
+class StoredDocument:
+    """The points a document has in the collection."""
+
+    chunks: set[int] = field(default_factory=set)
+    stamps: set[DocumentStamp] = field(default_factory=set)
+
+    def holds_version(self, content_hash: str, origin: str) -> bool:
+        """Exactly chunks 0..n-1, all stamped with this version: nothing missing, no stale
+        point (whatever a crashed run may have left)."""
+        if len(self.stamps) != 1:
+            return False
+        (stamp,) = self.stamps
+        return (stamp.content_hash, stamp.origin) == (content_hash, origin) and self.chunks == set(
+            range(stamp.chunks)
+        )
+
+
 def point_id(doc_id: str, chunk_index: int) -> str:
     """A deterministic UUID for a chunk, so re-indexing a document overwrites its points."""
     return str(uuid.uuid5(POINT_NAMESPACE, json.dumps([doc_id, chunk_index])))
@@ -34,9 +63,10 @@ class QdrantStore:
     against a server the lock only serialises this process's own calls to one client.
     """
 
-    def __init__(self, client: QdrantClient, collection: str) -> None:
+    def __init__(self, client: QdrantClient, collection: str, *, embedded: bool = False) -> None:
         self._client = client
         self.collection = collection
+        self.embedded = embedded
         self._lock = threading.Lock()
 
     @classmethod
@@ -56,7 +86,7 @@ class QdrantStore:
                 f"Only one process may open it at a time: stop the other ragrank process, or run "
                 f"a Qdrant server and set {env_name('qdrant_url')}."
             ) from None
-        return cls(client, settings.collection)
+        return cls(client, settings.collection, embedded=settings.uses_embedded_qdrant)
 
     def close(self) -> None:
         with self._lock:
@@ -91,9 +121,17 @@ class QdrantStore:
                 f"re-create the collection for this model."
             )
 
-    def upsert(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+    def upsert(
+        self,
+        chunks: Sequence[Chunk],
+        vectors: np.ndarray,
+        stamps: Mapping[str, DocumentStamp] | None = None,
+    ) -> None:
+        """Write chunk points; `stamps` (by doc_id) adds each document's content hash, chunk
+        count and origin, which `stored_documents` reads back to skip unchanged documents."""
         if len(chunks) != len(vectors):
             raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        stamps = stamps or {}
         points = [
             models.PointStruct(
                 id=point_id(chunk.doc_id, chunk.chunk_index),
@@ -106,6 +144,7 @@ class QdrantStore:
                     "metadata": dict(chunk.metadata),
                     "start": chunk.start,
                     "end": chunk.end,
+                    **_stamp_payload(stamps.get(chunk.doc_id)),
                 },
             )
             for chunk, vector in zip(chunks, vectors, strict=True)
@@ -129,6 +168,91 @@ class QdrantStore:
         )
         return [_candidate(point.payload or {}, point.score) for point in response.points]
 
+    def stored_documents(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
+        """What the collection holds of each document: its chunk numbers and the stamps on
+        them. Documents with no point are absent."""
+        found: dict[str, StoredDocument] = {}
+        if not doc_ids:
+            return found
+        query = models.Filter(
+            must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))]
+        )
+        for payload in self._scroll(query, ["doc_id", "chunk", "hash", "chunks", "origin"]):
+            stored = found.setdefault(str(payload["doc_id"]), StoredDocument())
+            stored.chunks.add(int(payload.get("chunk", -1)))
+            stored.stamps.add(
+                DocumentStamp(
+                    str(payload.get("hash", "")),
+                    int(payload.get("chunks", -1)),
+                    str(payload.get("origin", "")),
+                )
+            )
+        return found
+
+    def documents_from(self, origin: str) -> set[str]:
+        """doc_ids of every document indexed from `origin`."""
+        query = models.Filter(
+            must=[models.FieldCondition(key="origin", match=models.MatchValue(value=origin))]
+        )
+        return {str(payload["doc_id"]) for payload in self._scroll(query, ["doc_id"])}
+
+    def delete_tails(self, chunk_counts: Mapping[str, int]) -> None:
+        """Delete each document's points from chunk `count` on (what a shorter version left)."""
+        if not chunk_counts:
+            return
+        tails = [
+            models.Filter(
+                must=[
+                    models.FieldCondition(key="doc_id", match=models.MatchValue(value=doc_id)),
+                    models.FieldCondition(key="chunk", range=models.Range(gte=count)),
+                ]
+            )
+            for doc_id, count in chunk_counts.items()
+        ]
+        selector = models.FilterSelector(filter=models.Filter(should=list(tails)))
+        self._call(self._client.delete, self.collection, points_selector=selector, wait=True)
+
+    def delete_documents(self, doc_ids: Sequence[str]) -> None:
+        if not doc_ids:
+            return
+        query = models.Filter(
+            must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))]
+        )
+        selector = models.FilterSelector(filter=query)
+        self._call(self._client.delete, self.collection, points_selector=selector, wait=True)
+
+    def ensure_payload_indexes(self, metadata_keys: Sequence[str] = ()) -> None:
+        """Keyword indexes on `doc_id`, `origin` and the given metadata keys, so that filters
+        stay fast on a Qdrant server (the embedded store scans; it has none)."""
+        if self.embedded:
+            return
+        fields = ["doc_id", "origin", *(f"metadata.{key}" for key in metadata_keys)]
+        for name in fields:
+            self._call(
+                self._client.create_payload_index,
+                self.collection,
+                field_name=name,
+                field_schema=models.PayloadSchemaType.KEYWORD,
+                wait=True,
+            )
+
+    def _scroll(self, query: models.Filter, fields: list[str]) -> Iterator[Mapping[str, Any]]:
+        offset: Any = None
+        while True:
+            points, offset = self._call(
+                self._client.scroll,
+                self.collection,
+                scroll_filter=query,
+                limit=1024,
+                offset=offset,
+                with_payload=fields,
+                with_vectors=False,
+            )
+            for point in points:
+                yield point.payload or {}
+            if offset is None:
+                return
+
     def count(self) -> int:
         result = self._call(self._client.count, self.collection, exact=True)
         return int(result.count)
@@ -146,6 +270,12 @@ class QdrantStore:
                 return method(*args, **kwargs)
             except Exception as exc:
                 raise StoreError(f"Qdrant call {method.__name__} failed: {exc}") from exc
+
+
+def _stamp_payload(stamp: DocumentStamp | None) -> dict[str, Any]:
+    if stamp is None:
+        return {}
+    return {"hash": stamp.content_hash, "chunks": stamp.chunks, "origin": stamp.origin}
 
 
 def _equality_filter(where: Mapping[str, MetadataValue] | None) -> models.Filter | None:

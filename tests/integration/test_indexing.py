@@ -22,8 +22,9 @@ def test_indexing_the_sample_twice_leaves_the_point_count_unchanged(settings: Se
         assert first.documents == len(documents) == 124
         assert first.chunks >= first.documents
         assert store.count() == first.chunks
+        assert first.new == 124
         second = indexer.index(documents, progress=False)
-        assert second.chunks == first.chunks
+        assert (second.unchanged, second.new, second.updated, second.chunks) == (124, 0, 0, 0)
         assert store.count() == first.chunks
     finally:
         store.close()
@@ -73,7 +74,8 @@ def test_ragrank_index_cli_reports_a_summary(tmp_path: Path, settings: Settings,
     assert main(argv) == 0
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert out.count("indexed 5 documents as 5 chunks") == 2
+    assert "5 documents: 5 new, 0 updated, 0 unchanged, 0 deleted; 5 chunks" in out
+    assert "5 documents: 0 new, 0 updated, 5 unchanged, 0 deleted; 0 chunks" in out
     store = QdrantStore.from_settings(settings.replace(collection="cli"))
     try:
         assert store.count() == 5

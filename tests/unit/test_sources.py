@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from indexing.sources import read_documents
+from indexing.sources import html_text, read_documents, read_file
 from ragrank.errors import DocumentError
 
 
@@ -66,6 +67,30 @@ def test_folder_reads_txt_and_md_with_relative_ids_and_titles(tmp_path: Path):
     assert docs["sub/b.md"].title == "Heading B"
     assert docs["a.txt"].title == "a"
     assert docs["sub/b.md"].metadata["source"] == "sub/b.md"
+    os.utime(tmp_path / "a.txt", (0, 86_400))
+    assert read_file(tmp_path / "a.txt", tmp_path).metadata["modified"] == (
+        "1970-01-02T00:00:00+00:00"
+    )
+
+
+def test_html_is_reduced_to_its_visible_text_by_a_parser(tmp_path: Path):
+    page = """<!doctype html><html><head><title>The  Rhine</title>
+    <style>p { color: red }</style><script>if (a < b) { alert("x") }</script></head>
+    <body><nav>Menu</nav><h1>River</h1><p>Flows &amp; meets the <b>North Sea</b>.</p>
+    <!-- a comment --><div>Second<br>line</div><p>A &lt;tag&gt; in text.</p></body></html>"""
+    (tmp_path / "rhine.html").write_text(page, encoding="utf-8")
+    (document,) = read_documents(tmp_path)
+    assert document.doc_id == "rhine.html"
+    assert document.title == "The Rhine"
+    assert document.text == (
+        "Menu\n\nRiver\n\nFlows & meets the North Sea.\n\nSecond\n\nline\n\nA <tag> in text."
+    )
+    assert "alert" not in document.text and "color" not in document.text
+
+
+def test_html_without_a_title_falls_back_to_h1_then_the_file_name():
+    assert html_text("<h1>Big  title</h1><p>x</p>")[0] == "Big title"
+    assert html_text("<p>x</p>") == ("", "x")
 
 
 def test_unknown_paths_are_refused(tmp_path: Path):

@@ -1,0 +1,74 @@
+"""Indexing throughput against the raw encoder on the same chunks.
+
+    python -m eval.bench_index --data ../shared/data/scifact --limit 1000
+
+The documents are chunked once; the raw encoder then embeds every chunk passage in one call (its
+best case: one global length sort, no store). The indexer then syncs the same documents into a
+fresh embedded Qdrant (chunking, length-sorted batches, upserts, stamps), and a second sync
+shows what an unchanged run costs. Models and device come from the usual RAGRANK_* settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from itertools import islice
+from pathlib import Path
+
+from indexing import Indexer
+from indexing.sources import read_documents
+from ragrank import SAMPLE_DATASET
+from ragrank.models import SentenceTransformerEmbedder
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench_index", description=__doc__)
+    parser.add_argument("--data", type=Path, default=SAMPLE_DATASET, help="a BEIR folder")
+    parser.add_argument("--limit", type=int, default=1000, help="documents to index")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    corpus = args.data / "corpus.jsonl"
+    if not corpus.exists():
+        corpus = args.data / "corpus.jsonl.gz"
+    documents = list(islice(read_documents(corpus), args.limit))
+
+    with tempfile.TemporaryDirectory() as folder:
+        settings = Settings.from_env(qdrant_path=Path(folder), qdrant_url="", collection="bench")
+        embedder = SentenceTransformerEmbedder.from_settings(settings)
+        store = QdrantStore.from_settings(settings)
+        try:
+            indexer = Indexer.from_settings(settings, embedder, store)
+            chunker = indexer._chunker
+            passages = [c.passage for d in documents for c in chunker.chunk(d)]
+            embedder.embed_passages(passages[:64])  # warm-up
+            started = time.perf_counter()
+            embedder.embed_passages(passages)
+            raw_s = time.perf_counter() - started
+            first = indexer.index(documents, progress=False)
+            second = indexer.index(documents, progress=False)
+        finally:
+            store.close()
+    figures = {
+        "model": settings.embed_model,
+        "documents": len(documents),
+        "chunks": len(passages),
+        "raw_encoder_chunks_per_s": round(len(passages) / raw_s, 2),
+        "indexer_chunks_per_s": round(first.chunks / first.seconds, 2),
+        "ratio": round((first.chunks / first.seconds) / (len(passages) / raw_s), 3),
+        "first_run_s": round(first.seconds, 2),
+        "unchanged_run_s": round(second.seconds, 2),
+        "unchanged": second.unchanged,
+    }
+    print(json.dumps(figures, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
