@@ -64,9 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     index = commands.add_parser(
         "index",
         help="chunk, embed and upsert documents into Qdrant",
-        description="Index a JSONL file ('id' or '_id', 'text', optional 'title' and "
-        "'metadata'), a BEIR corpus.jsonl(.gz), or a folder of .txt/.md files. Re-indexing a "
-        "document overwrites its chunks (ids derive from doc id and chunk index).",
+        description="Sync a JSONL file ('id' or '_id', 'text', optional 'title' and "
+        "'metadata'), a BEIR corpus.jsonl(.gz), or a folder of .txt/.md/.html files into "
+        "Qdrant. Unchanged documents are skipped without embedding, changed ones replaced; a "
+        "run that was killed is completed by the next one.",
     )
     index.add_argument("path", type=Path, help="a .jsonl/.jsonl.gz file or a folder")
     _add_common(index)
@@ -75,8 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument(
         "--batch-size", dest="index_batch_size", type=int, help="chunks embedded per batch"
     )
+    index.add_argument(
+        "--delete-missing",
+        action="store_true",
+        help="delete documents indexed earlier from this PATH that it no longer holds",
+    )
     index.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     index.set_defaults(run=_index)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run the indexing worker: jobs from the API and watched folders",
+        description="Run queued jobs (POST/DELETE /v1/documents) from the SQLite queue at "
+        "RAGRANK_JOBS_PATH and keep the RAGRANK_WATCH folders in sync, until interrupted. "
+        "With an embedded Qdrant folder, `ragrank serve` already runs the worker itself.",
+    )
+    _add_common(worker)
+    worker.add_argument("--jobs-path", type=Path, help="the job queue (RAGRANK_JOBS_PATH)")
+    worker.add_argument("--watch", help="comma-separated folders to sync (RAGRANK_WATCH)")
+    worker.set_defaults(run=_worker)
 
     demo = commands.add_parser(
         "demo",
@@ -140,6 +158,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "chunk_tokens",
         "chunk_overlap",
         "index_batch_size",
+        "jobs_path",
+        "watch",
     )
     flags = {name: getattr(args, name, None) for name in names}
     return Settings.from_env(preset=getattr(args, "preset", None), **flags)
@@ -153,7 +173,9 @@ def _serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     services = Services.load(settings)
     try:
-        uvicorn.run(create_app(settings, services=services), host=settings.host, port=settings.port)
+        # Only one process may open an embedded Qdrant folder: the API runs the worker then.
+        app = create_app(settings, services=services, run_worker=settings.uses_embedded_qdrant)
+        uvicorn.run(app, host=settings.host, port=settings.port)
     finally:
         services.store.close()
     return 0
@@ -169,10 +191,47 @@ def _index(args: argparse.Namespace) -> int:
     store = QdrantStore.from_settings(settings)
     try:
         indexer = Indexer.from_settings(settings, embedder, store)
-        summary = indexer.index(read_documents(args.path), progress=not args.no_progress)
+        summary = indexer.index(
+            read_documents(args.path),
+            origin=str(args.path.resolve()),
+            delete_missing=args.delete_missing,
+            progress=not args.no_progress,
+        )
     finally:
         store.close()
     print(summary)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from indexing import Indexer
+    from indexing.jobs import JobStore
+    from indexing.worker import Worker
+    from ragrank.models import SentenceTransformerEmbedder
+    from ragrank.store import QdrantStore
+
+    settings = settings_from_args(args)
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    store = QdrantStore.from_settings(settings)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        worker = Worker(
+            Indexer.from_settings(settings, embedder, store),
+            JobStore(settings.jobs_path),
+            watch=settings.watch_folders,
+            watch_interval_s=settings.watch_interval_s,
+        )
+        logging.getLogger(__name__).info(
+            "worker: jobs %s, watching %s", settings.jobs_path, settings.watch or "nothing"
+        )
+        worker.run(stop)
+    finally:
+        store.close()
     return 0
 
 

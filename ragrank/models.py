@@ -201,6 +201,8 @@ class SentenceTransformerEmbedder:
         self.passage_prefix = passage_prefix
         self._batch_size = batch_size
         self._side = _SideTokenizer(self._model.tokenizer)
+        # The API's engine and an in-process indexing worker may both embed.
+        self._encode_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
@@ -231,7 +233,7 @@ class SentenceTransformerEmbedder:
     def _encode(self, texts: list[str], batch_size: int | None = None) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        with _device_errors():
+        with _device_errors(), self._encode_lock:
             vectors = self._model.encode(
                 texts,
                 batch_size=batch_size or self._batch_size,

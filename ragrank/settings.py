@@ -74,6 +74,13 @@ class Settings:
     chunk_tokens: int = 256
     chunk_overlap: int = 32
     index_batch_size: int = 64
+    #: Comma-separated metadata keys that get a payload index on a Qdrant server.
+    metadata_indexes: str = ""
+    #: The durable job queue (SQLite) shared by the API and the worker.
+    jobs_path: Path = Path("ragrank-data/jobs.sqlite3")
+    #: Comma-separated folders the worker keeps in sync (with delete-missing).
+    watch: str = ""
+    watch_interval_s: int = 30
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -97,6 +104,7 @@ class Settings:
             "index_batch_size",
             "queue_size",
             "request_timeout_s",
+            "watch_interval_s",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
@@ -125,6 +133,14 @@ class Settings:
                 raise SettingsError(f"{env_name(name)} must be one of {', '.join(allowed)}")
         if not -1.0 <= self.rerank_min_agreement <= 1.0:
             raise SettingsError(f"{env_name('rerank_min_agreement')} must be between -1 and 1")
+
+    @property
+    def watch_folders(self) -> tuple[Path, ...]:
+        return tuple(Path(f.strip()).expanduser() for f in self.watch.split(",") if f.strip())
+
+    @property
+    def metadata_index_keys(self) -> tuple[str, ...]:
+        return tuple(key.strip() for key in self.metadata_indexes.split(",") if key.strip())
 
     @property
     def uses_embedded_qdrant(self) -> bool:

@@ -3,8 +3,9 @@ demo, ready-made `Services`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import anyio
 from litestar import Litestar
@@ -13,17 +14,33 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.prometheus import PrometheusController
 
+from indexing.jobs import JobStore
+from indexing.pipeline import Indexer
+from indexing.worker import Worker
 from ragrank import __version__
 from ragrank.settings import Settings
+from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS
 from server.metrics import PROMETHEUS, instrument
 from server.routes import ROUTES
 from server.services import SearchService, Services
 
 
-def create_app(settings: Settings, *, services: Services | None = None) -> Litestar:
+def create_app(
+    settings: Settings, *, services: Services | None = None, run_worker: bool | None = None
+) -> Litestar:
     """Build the Litestar app. Without `services`, models and store load at startup from
-    `settings` and are closed at shutdown; given ones stay owned by the caller."""
+    `settings` and are closed at shutdown; given ones stay owned by the caller.
+
+    `run_worker` runs the indexing worker on a thread of this process; by default it does when
+    the app loads its own services on an embedded Qdrant folder, which only one process may
+    open (`ragrank serve` asks for it whenever the folder is embedded)."""
+    jobs: list[JobStore] = []  # opened on first use
+
+    def provide_jobs() -> JobStore:
+        if not jobs:
+            jobs.append(JobStore(settings.jobs_path))
+        return jobs[0]
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -36,7 +53,12 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Lites
                 instrument(search_service.embed_engine)
                 instrument(search_service.score_engine)
                 app.state.search_service = search_service
-                yield
+                in_process = settings.uses_embedded_qdrant and owned
+                if run_worker if run_worker is not None else in_process:
+                    with _worker_thread(settings, ready, provide_jobs()):
+                        yield
+                else:
+                    yield
         finally:
             if owned:
                 ready.store.close()
@@ -46,10 +68,11 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Lites
         return service
 
     return Litestar(
-        route_handlers=[*ROUTES, PrometheusController],
+        route_handlers=[*ROUTES, *DOCUMENT_ROUTES, PrometheusController],
         middleware=[PROMETHEUS.middleware],
         dependencies={
             "search_service": Provide(provide_search_service, sync_to_thread=False),
+            "jobs": Provide(provide_jobs, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],
@@ -60,3 +83,23 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Lites
             path="/schema",
         ),
     )
+
+
+@contextmanager
+def _worker_thread(settings: Settings, services: Services, jobs: JobStore) -> Iterator[None]:
+    """The indexing worker on a thread of this process, sharing its models and store."""
+    indexer = Indexer.from_settings(settings, services.embedder, services.store)
+    worker = Worker(
+        indexer,
+        jobs,
+        watch=settings.watch_folders,
+        watch_interval_s=settings.watch_interval_s,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -86,9 +86,6 @@ class EngineLimits:
     max_queue_items: int = 4096
     timeout_s: float = 60.0
     policy: BatchPolicy = "sorted"
-    #: Tokenise on the model's own thread. On CPU cores this keeps tokenising from competing
-    #: with a forward pass for the cores; on a GPU a separate thread overlaps the two.
-    share_thread: bool = False
 
 
 @dataclass(eq=False)
@@ -105,11 +102,7 @@ class BatchEngine(Generic[Item, Output]):
         self._queue: deque[_Work[Item]] = deque()
         self._wakeup = asyncio.Event()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}")
-        self._tokenizer = (
-            self._worker
-            if self.limits.share_thread
-            else ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-tok")
-        )
+        self._tokenizer = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-tok")
         self._window: list[_Work[Item]] = []
         self._consumer: asyncio.Task[None] | None = None
         self._stopping = False
@@ -221,8 +214,9 @@ class BatchEngine(Generic[Item, Output]):
         """Up to a few batches' worth of live work, oldest first (under the `request` policy,
         from the oldest request only)."""
         window: list[_Work[Item]] = []
-        # Eight batches' worth: enough to sort mixed lengths into well-filled batches.
-        cap = self.limits.max_batch_size * 8
+        # Up to 32 batches' worth: sorting more items leaves less padding (on SciFact pairs,
+        # 6 % of the tokens with 8 batches, 2.4 % with 32; `ragrank bench`).
+        cap = self.limits.max_batch_size * 32
         while self._queue and len(window) < cap:
             another_request = window and self._queue[0].request is not window[0].request
             if self.limits.policy == "request" and another_request:

@@ -225,3 +225,42 @@ class EmbeddingsResponse(Struct, frozen=True, kw_only=True):
     data: list[Embedding]
     model: str
     usage: EmbeddingsUsage
+
+
+MAX_DOCUMENTS_PER_JOB = 1_000
+MAX_DOCUMENT_CHARS = 1_000_000
+MAX_DOC_ID_CHARS = 512
+
+
+class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: Annotated[str, Meta(min_length=1, max_length=MAX_DOC_ID_CHARS)]
+    text: Annotated[str, Meta(max_length=MAX_DOCUMENT_CHARS)]
+    title: Annotated[str, Meta(max_length=MAX_QUERY_CHARS)] = ""
+    metadata: Annotated[dict[FilterKey, Any], Meta(max_length=64)] = {}
+
+
+class DocumentsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Documents to index (or replace, by `id`), as one job."""
+
+    documents: Annotated[list[DocumentIn], Meta(min_length=1, max_length=MAX_DOCUMENTS_PER_JOB)]
+
+
+class JobAccepted(Struct, frozen=True, kw_only=True):
+    job_id: str
+    state: str
+
+
+class JobError(Struct, frozen=True, kw_only=True):
+    doc_id: str
+    error: str
+
+
+class JobStatus(Struct, frozen=True, kw_only=True):
+    job_id: str
+    kind: Literal["upsert", "delete"]
+    state: Literal["queued", "running", "done", "failed"]
+    documents: int
+    counts: dict[str, int]
+    errors: list[JobError]
+    created_at: float
+    updated_at: float

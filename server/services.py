@@ -99,7 +99,6 @@ class SearchService:
                 max_queue_items=settings.queue_size,
                 timeout_s=settings.request_timeout_s,
                 policy=cast("BatchPolicy", settings.batching),  # validated by Settings
-                share_thread=placement.device == "cpu",
             )
 
         self.embed_engine: BatchEngine[str, Vector] = BatchEngine(

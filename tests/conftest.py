@@ -112,6 +112,7 @@ def settings(tmp_path: Path, tiny_embedder_path: Path, tiny_reranker_path: Path)
         embed_model=str(tiny_embedder_path),
         rerank_model=str(tiny_reranker_path),
         qdrant_path=tmp_path / "qdrant",
+        jobs_path=tmp_path / "jobs.sqlite3",
         collection="test",
         device="cpu",
         chunk_tokens=64,

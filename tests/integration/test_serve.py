@@ -40,7 +40,7 @@ def test_serve_answers_over_http_and_stops_cleanly(settings: Settings):
     ]
     server = subprocess.Popen(
         command,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "RAGRANK_JOBS_PATH": str(settings.jobs_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -64,6 +64,18 @@ def test_serve_answers_over_http_and_stops_cleanly(settings: Settings):
         bad = httpx.post(f"{base}/v1/search", json={"query": "x", "top_k": 0}, timeout=30)
         assert bad.status_code == 400
         assert bad.json()["error"]["field"] == "top_k"
+        # On an embedded Qdrant folder the server runs the indexing worker itself.
+        document = {"id": "d1", "text": "The Rhine flows into the North Sea."}
+        job = httpx.post(f"{base}/v1/documents", json={"documents": [document]}, timeout=30)
+        assert job.status_code == 202
+        for _ in range(240):
+            status = httpx.get(f"{base}/v1/jobs/{job.json()['job_id']}", timeout=30).json()
+            if status["state"] == "done":
+                break
+            time.sleep(0.25)
+        assert status["state"] == "done" and status["counts"]["new"] == 1, status
+        hits = httpx.post(f"{base}/v1/search", json={"query": "Rhine"}, timeout=30).json()
+        assert [hit["doc_id"] for hit in hits["results"]] == ["d1"]
     finally:
         server.send_signal(signal.SIGINT)
         try:

@@ -1,0 +1,108 @@
+"""The indexing worker: runs queued jobs (documents posted to or deleted through the API) and
+keeps watched folders in sync, polling both."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from indexing.jobs import Job, JobStore
+from indexing.pipeline import Indexer, IndexSummary
+from indexing.sources import read_documents
+from ragrank.documents import Document
+
+log = logging.getLogger(__name__)
+
+#: The origin of documents that came through the API (folders use their path).
+API_ORIGIN = "api"
+
+
+@dataclass
+class Worker:
+    indexer: Indexer
+    jobs: JobStore
+    watch: Sequence[Path] = ()
+    watch_interval_s: float = 30.0
+    poll_s: float = 1.0
+    _last_sweep: float = field(default=float("-inf"), init=False)
+
+    def run(self, stop: threading.Event) -> None:
+        """Work until `stop` is set."""
+        requeued = self.jobs.requeue_running()
+        if requeued:
+            log.info("worker: %d interrupted job(s) queued again", requeued)
+        while not stop.is_set():
+            worked = self.run_once()
+            if not worked:
+                stop.wait(self.poll_s)
+
+    def run_once(self) -> bool:
+        """Run every queued job, and sweep the watched folders when due. Whether it did
+        anything."""
+        worked = False
+        while (job := self.jobs.claim()) is not None:
+            self.run_job(job)
+            worked = True
+        if self.watch and time.monotonic() - self._last_sweep >= self.watch_interval_s:
+            self._last_sweep = time.monotonic()
+            for folder in self.watch:
+                self.sweep(folder)
+            worked = True
+        return worked
+
+    def sweep(self, folder: Path) -> IndexSummary | None:
+        try:
+            summary = self.indexer.index(
+                read_documents(folder),
+                origin=str(folder.resolve()),
+                delete_missing=True,
+                progress=False,
+            )
+        except Exception:
+            log.exception("worker: syncing %s failed", folder)
+            return None
+        if summary.new or summary.updated or summary.deleted:
+            log.info("worker: %s: %s", folder, summary)
+        return summary
+
+    def run_job(self, job: Job) -> None:
+        try:
+            if job.kind == "delete":
+                counts, errors = self._delete(str(job.payload["doc_id"]))
+            else:
+                counts, errors = self._upsert(job.documents())
+        except Exception as exc:  # the job fails; the worker carries on
+            log.exception("worker: job %s failed", job.id)
+            counts, errors = {}, [{"doc_id": "", "error": f"{type(exc).__name__}: {exc}"}]
+        self.jobs.finish(job.id, counts, errors)
+
+    def _upsert(self, documents: list[Document]) -> tuple[dict[str, int], list[Mapping[str, str]]]:
+        """Index the batch; if that fails, index its documents one by one so that one bad
+        document fails alone, with its error."""
+        totals = {"new": 0, "updated": 0, "unchanged": 0, "failed": 0, "chunks": 0}
+        errors: list[Mapping[str, str]] = []
+        try:
+            parts = [self.indexer.index(documents, origin=API_ORIGIN, progress=False)]
+        except Exception:
+            parts = []
+            for document in documents:
+                try:
+                    parts.append(self.indexer.index([document], origin=API_ORIGIN, progress=False))
+                except Exception as exc:
+                    totals["failed"] += 1
+                    error = f"{type(exc).__name__}: {exc}"
+                    errors.append({"doc_id": document.doc_id, "error": error})
+        for part in parts:
+            for key in ("new", "updated", "unchanged", "chunks"):
+                totals[key] += getattr(part, key)
+        return totals, errors
+
+    def _delete(self, doc_id: str) -> tuple[dict[str, int], list[Mapping[str, str]]]:
+        store = self.indexer.store
+        present = doc_id in store.stored_documents([doc_id])
+        store.delete_documents([doc_id])
+        return {"deleted": int(present)}, []

@@ -1,0 +1,143 @@
+"""Worker mode: jobs posted over REST, run by a worker in the same test, durable across
+restarts; one bad document fails alone; watched folders stay in sync."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from litestar.testing import AsyncTestClient
+
+from indexing import Chunker, Indexer
+from indexing.jobs import JobStore
+from indexing.worker import Worker
+from ragrank.documents import Document
+from ragrank.settings import Settings
+from server import create_app
+from server.schemas import MAX_DOCUMENTS_PER_JOB
+from server.services import Services
+from tests.fakes import FakeEmbedder
+
+
+class PoisonedEmbedder(FakeEmbedder):
+    """Fails on any batch holding the word POISON."""
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        if any("POISON" in text for text in texts):
+            raise ValueError("cannot embed POISON")
+        return super().embed_passages(texts)
+
+
+def _worker(services: Services, jobs: JobStore, **options: object) -> Worker:
+    embedder = services.embedder
+    indexer = Indexer(embedder, services.store, chunker=Chunker(embedder.token_spans, 50))
+    return Worker(indexer, jobs, **options)  # type: ignore[arg-type]
+
+
+async def _wait_for(client: AsyncTestClient, job_id: str) -> dict[str, object]:
+    for _ in range(200):
+        body = (await client.get(f"/v1/jobs/{job_id}")).json()
+        if body["state"] in ("done", "failed"):
+            return body
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not finish: {body}")
+
+
+async def test_documents_posted_and_deleted_over_rest_reach_the_index(
+    fake_services: Services, tmp_path: Path
+):
+    settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
+    app = create_app(settings, services=fake_services, run_worker=True)
+    documents = [
+        {"id": "rhine", "text": "The Rhine flows into the North Sea.", "metadata": {"lang": "en"}},
+        {"id": "tea", "text": "Green tea is brewed at 80 degrees.", "title": "Tea"},
+    ]
+    async with AsyncTestClient(app=app) as client:
+        accepted = await client.post("/v1/documents", json={"documents": documents})
+        assert accepted.status_code == 202, accepted.text
+        job = await _wait_for(client, accepted.json()["job_id"])
+        assert job["state"] == "done" and job["kind"] == "upsert"
+        assert job["counts"]["new"] == 2 and job["errors"] == []
+        hits = await client.post(
+            "/v1/search", json={"query": "Rhine North Sea", "top_k": 1, "rerank": False}
+        )
+        assert hits.json()["results"][0]["doc_id"] == "rhine"
+
+        again = await client.post("/v1/documents", json={"documents": documents})
+        assert (await _wait_for(client, again.json()["job_id"]))["counts"]["unchanged"] == 2
+
+        deleted = await client.delete("/v1/documents/rhine")
+        assert deleted.status_code == 202
+        job = await _wait_for(client, deleted.json()["job_id"])
+        assert job["counts"] == {"deleted": 1}
+        filtered = {"query": "Rhine", "filter": {"doc_id": "rhine"}}
+        assert (await client.post("/v1/search", json=filtered)).json()["results"] == []
+
+        missing = await client.get("/v1/jobs/nope")
+        assert missing.status_code == 404
+
+
+async def test_document_limits_answer_400_naming_the_field(fake_services, tmp_path: Path):
+    settings = Settings(jobs_path=tmp_path / "jobs.sqlite3")
+    too_many = [{"id": f"d{i}", "text": "x"} for i in range(MAX_DOCUMENTS_PER_JOB + 1)]
+    async with AsyncTestClient(app=create_app(settings, services=fake_services)) as client:
+        response = await client.post("/v1/documents", json={"documents": too_many})
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error["field"].startswith("documents") and "1000" in error["message"]
+        response = await client.post("/v1/documents", json={"documents": [{"id": "", "text": ""}]})
+        assert response.status_code == 400
+        assert "id" in response.json()["error"]["field"]
+
+
+def test_one_bad_document_fails_alone_with_its_error(fake_services: Services, tmp_path: Path):
+    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    services = Services(PoisonedEmbedder(), fake_services.scorer, fake_services.store)
+    batch = [
+        Document(doc_id="good1", text="fine words"),
+        Document(doc_id="bad", text="this is POISON"),
+        Document(doc_id="good2", text="more fine words"),
+    ]
+    job_id = jobs.add_upsert(batch)
+    assert _worker(services, jobs).run_once()
+    job = jobs.get(job_id)
+    assert job is not None and job.state == "done"
+    assert job.counts["new"] == 2 and job.counts["failed"] == 1
+    assert list(job.errors) == [{"doc_id": "bad", "error": "ValueError: cannot embed POISON"}]
+    stored = fake_services.store.stored_documents(["good1", "bad", "good2"])
+    assert set(stored) == {"good1", "good2"}
+
+
+def test_jobs_survive_a_restart_and_interrupted_ones_run_again(
+    fake_services: Services, tmp_path: Path
+):
+    path = tmp_path / "jobs.sqlite3"
+    first = JobStore(path)
+    job_id = first.add_upsert([Document(doc_id="a", text="alpha beta")])
+    claimed = first.claim()  # a worker takes it, then dies
+    assert claimed is not None and claimed.id == job_id
+    assert first.claim() is None
+
+    restarted = JobStore(path)  # a new process
+    assert restarted.get(job_id).state == "running"  # type: ignore[union-attr]
+    worker = _worker(fake_services, restarted, poll_s=0.01)
+    assert restarted.requeue_running() == 1
+    worker.run_once()
+    job = restarted.get(job_id)
+    assert job is not None and job.state == "done" and job.counts["new"] == 1
+
+
+def test_watched_folders_are_synced_with_delete_missing(fake_services: Services, tmp_path: Path):
+    folder = tmp_path / "watched"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nalpha", encoding="utf-8")
+    (folder / "b.html").write_text("<p>beta</p>", encoding="utf-8")
+    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    worker = _worker(fake_services, jobs, watch=[folder], watch_interval_s=0)
+    assert worker.run_once()
+    assert set(fake_services.store.documents_from(str(folder.resolve()))) == {"a.md", "b.html"}
+    (folder / "a.md").unlink()
+    worker.run_once()
+    assert set(fake_services.store.documents_from(str(folder.resolve()))) == {"b.html"}
