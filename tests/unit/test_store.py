@@ -123,3 +123,32 @@ def test_an_unreachable_server_reports_not_ready():
     with pytest.raises(StoreError):
         store.count()
     store.close()
+
+
+class RecordingClient:
+    """Records the payload indexes asked for (the embedded client has none to show)."""
+
+    def __init__(self) -> None:
+        self.indexed: list[tuple[str, object]] = []
+
+    def create_payload_index(self, collection: str, *, field_name: str, field_schema, wait):
+        self.indexed.append((field_name, field_schema))
+
+
+def test_payload_indexes_are_created_on_a_server_only():
+    client = RecordingClient()
+    server = QdrantStore(client, "c", embedded=False)  # type: ignore[arg-type]
+    server.ensure_payload_indexes(("lang", "team"))
+    assert client.indexed == [
+        (name, models.PayloadSchemaType.KEYWORD)
+        for name in ("doc_id", "origin", "metadata.lang", "metadata.team")
+    ]
+    embedded_client = RecordingClient()
+    QdrantStore(embedded_client, "c", embedded=True).ensure_payload_indexes(("lang",))  # type: ignore[arg-type]
+    assert embedded_client.indexed == []
+
+
+def test_metadata_index_keys_come_from_a_comma_separated_setting():
+    settings = Settings.from_env({"RAGRANK_METADATA_INDEXES": " lang, team ,"})
+    assert settings.metadata_index_keys == ("lang", "team")
+    assert Settings().metadata_index_keys == ()
