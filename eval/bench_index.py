@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = QdrantStore.from_settings(settings)
         try:
             indexer = Indexer.from_settings(settings, embedder, store)
-            chunker = indexer._chunker
+            chunker = indexer.chunker
             passages = [c.passage for d in documents for c in chunker.chunk(d)]
             embedder.embed_passages(passages[:64])  # warm-up
             started = time.perf_counter()

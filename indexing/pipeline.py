@@ -77,7 +77,7 @@ class Indexer:
     ) -> None:
         self._embedder = embedder
         self.store = store
-        self._chunker = chunker
+        self.chunker = chunker
         self._batch_size = batch_size
         store.ensure_collection(embedder.dimension)
         store.ensure_payload_indexes(metadata_indexes)
@@ -141,7 +141,7 @@ class Indexer:
                     if held is not None and held.holds_version(content_hash, origin):
                         summary.unchanged += 1
                         continue
-                    chunks = self._chunker.chunk(document)
+                    chunks = self.chunker.chunk(document)
                     stamp = DocumentStamp(content_hash, len(chunks), origin)
                     pending.append(_Pending(document, chunks, stamp))
                     if held is None:

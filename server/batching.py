@@ -211,7 +211,7 @@ class BatchEngine(Generic[Item, Output]):
             self._window = []
 
     def _take_window(self) -> list[_Work[Item]]:
-        """Up to a few batches' worth of live work, oldest first (under the `request` policy,
+        """Up to 32 batches' worth of live work, oldest first (under the `request` policy,
         from the oldest request only)."""
         window: list[_Work[Item]] = []
         # Up to 32 batches' worth: sorting more items leaves less padding (on SciFact pairs,

@@ -145,7 +145,7 @@ def test_whatever_a_killed_run_left_is_repaired(settings, counting, store, damag
     documents = _docs(4)
     indexer.index(documents, progress=False)
     clean = _snapshot(store)
-    chunks = indexer._chunker.chunk(documents[1])
+    chunks = indexer.chunker.chunk(documents[1])
     if damage == "missing chunk":
         store.delete_tails({"d1": len(chunks) - 1})
     elif damage == "stale tail":
