@@ -14,6 +14,9 @@ from indexing.jobs import Job, JobStore
 from indexing.pipeline import Indexer, IndexSummary
 from indexing.sources import read_documents
 from ragrank.documents import Document
+from ragrank.models import Embedder
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +32,17 @@ class Worker:
     watch_interval_s: float = 30.0
     poll_s: float = 1.0
     _last_sweep: float = field(default=float("-inf"), init=False)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, embedder: Embedder, store: QdrantStore, jobs: JobStore
+    ) -> Worker:
+        return cls(
+            Indexer.from_settings(settings, embedder, store),
+            jobs,
+            watch=settings.watch_folders,
+            watch_interval_s=settings.watch_interval_s,
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Work until `stop` is set."""

@@ -207,7 +207,6 @@ def _worker(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from indexing import Indexer
     from indexing.jobs import JobStore
     from indexing.worker import Worker
     from ragrank.models import SentenceTransformerEmbedder
@@ -220,12 +219,7 @@ def _worker(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        worker = Worker(
-            Indexer.from_settings(settings, embedder, store),
-            JobStore(settings.jobs_path),
-            watch=settings.watch_folders,
-            watch_interval_s=settings.watch_interval_s,
-        )
+        worker = Worker.from_settings(settings, embedder, store, JobStore(settings.jobs_path))
         logging.getLogger(__name__).info(
             "worker: jobs %s, watching %s", settings.jobs_path, settings.watch or "nothing"
         )

@@ -346,12 +346,7 @@ class CrossEncoderScorer:
         return logits
 
     def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        encoded = self._side(
-            [query for query, _ in pairs],
-            [passage for _, passage in pairs],
-            truncation="longest_first",
-            max_length=self.max_length,
-        )
+        encoded = self._encode_pairs(pairs, tensors=False)
         return [len(ids) for ids in encoded["input_ids"]]
 
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
@@ -360,7 +355,7 @@ class CrossEncoderScorer:
     def _forward(self, model: Any, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        features = self._encode_pairs(pairs).to(self._device)
+        features = self._encode_pairs(pairs, tensors=True).to(self._device)
         with _device_errors(), torch.inference_mode():
             # Logits leave the model in float32 whatever dtype it runs in.
             output = model(**features).logits.float().view(-1)
@@ -398,13 +393,15 @@ class CrossEncoderScorer:
                 start += stride
         return WindowPlan(pairs=pairs, owners=owners, lengths=lengths)
 
-    def _encode_pairs(self, pairs: Sequence[Pair]) -> Any:
-        """Padded tensors for one forward pass; only the model's own thread calls this."""
-        return self._tokenizer(
+    def _encode_pairs(self, pairs: Sequence[Pair], *, tensors: bool) -> Any:
+        """Padded tensors for a forward pass (the model's own thread, its own tokenizer), or
+        token ids for counting (any thread, the side tokenizer)."""
+        tokenizer = self._tokenizer if tensors else self._side
+        return tokenizer(
             [query for query, _ in pairs],
             [passage for _, passage in pairs],
-            padding=True,
+            padding=tensors,
             truncation="longest_first",
             max_length=self.max_length,
-            return_tensors="pt",
+            return_tensors="pt" if tensors else None,
         )

@@ -174,9 +174,7 @@ class QdrantStore:
         found: dict[str, StoredDocument] = {}
         if not doc_ids:
             return found
-        query = models.Filter(
-            must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))]
-        )
+        query = _doc_ids_filter(doc_ids)
         for payload in self._scroll(query, ["doc_id", "chunk", "hash", "chunks", "origin"]):
             stored = found.setdefault(str(payload["doc_id"]), StoredDocument())
             stored.chunks.add(int(payload.get("chunk", -1)))
@@ -215,9 +213,7 @@ class QdrantStore:
     def delete_documents(self, doc_ids: Sequence[str]) -> None:
         if not doc_ids:
             return
-        query = models.Filter(
-            must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))]
-        )
+        query = _doc_ids_filter(doc_ids)
         selector = models.FilterSelector(filter=query)
         self._call(self._client.delete, self.collection, points_selector=selector, wait=True)
 
@@ -270,6 +266,12 @@ class QdrantStore:
                 return method(*args, **kwargs)
             except Exception as exc:
                 raise StoreError(f"Qdrant call {method.__name__} failed: {exc}") from exc
+
+
+def _doc_ids_filter(doc_ids: Sequence[str]) -> models.Filter:
+    return models.Filter(
+        must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))]
+    )
 
 
 def _stamp_payload(stamp: DocumentStamp | None) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from litestar.openapi import OpenAPIConfig
 from litestar.plugins.prometheus import PrometheusController
 
 from indexing.jobs import JobStore
-from indexing.pipeline import Indexer
 from indexing.worker import Worker
 from ragrank import __version__
 from ragrank.settings import Settings
@@ -88,13 +87,7 @@ def create_app(
 @contextmanager
 def _worker_thread(settings: Settings, services: Services, jobs: JobStore) -> Iterator[None]:
     """The indexing worker on a thread of this process, sharing its models and store."""
-    indexer = Indexer.from_settings(settings, services.embedder, services.store)
-    worker = Worker(
-        indexer,
-        jobs,
-        watch=settings.watch_folders,
-        watch_interval_s=settings.watch_interval_s,
-    )
+    worker = Worker.from_settings(settings, services.embedder, services.store, jobs)
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
     thread.start()
