@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -22,6 +23,8 @@ class BeirDataset:
     corpus: Mapping[str, Document]
     queries: Mapping[str, str]
     qrels: Qrels
+    #: SHA-256 of each file read, by file name: reports and the embedding cache key use them.
+    checksums: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def judged_queries(self) -> dict[str, str]:
@@ -37,12 +40,27 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
     if corpus_path is None:
         raise DocumentError(f"{root}: no corpus.jsonl or corpus.jsonl.gz")
     corpus = {doc.doc_id: doc for doc in read_jsonl_documents(corpus_path)}
+    qrels_path = root / "qrels" / f"{split}.tsv"
     return BeirDataset(
         name=root.name,
         corpus=MappingProxyType(corpus),
         queries=MappingProxyType(load_queries(root / "queries.jsonl")),
-        qrels=MappingProxyType(load_qrels(root / "qrels" / f"{split}.tsv")),
+        qrels=MappingProxyType(load_qrels(qrels_path)),
+        checksums=MappingProxyType(
+            {
+                path.relative_to(root).as_posix(): file_sha256(path)
+                for path in (corpus_path, root / "queries.jsonl", qrels_path)
+            }
+        ),
     )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def load_queries(path: Path) -> dict[str, str]:

@@ -32,6 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # faiss announces at INFO which of its CPU builds it loaded.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     try:
         code: int = run()
     except RagrankError as exc:
@@ -110,6 +112,51 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-serve", action="store_true", help="exit after the examples instead of serving"
     )
     demo.set_defaults(run=_demo)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="NDCG@10 of cosine-only vs reranked (and Qdrant ANN) retrieval on BEIR datasets",
+        description="Evaluate on BEIR-format collections (corpus.jsonl(.gz), queries.jsonl, "
+        "qrels/<split>.tsv): exact cosine top-100 with faiss, the cross-encoder over its top "
+        "--candidates, and Qdrant's own search. Prints NDCG@10 per dataset with paired "
+        "significance tests, bootstrap CIs and per-query wins/ties/losses; writes report.json, "
+        "report.md and plots to --output.",
+    )
+    evaluate.add_argument(
+        "--dataset",
+        dest="datasets",
+        action="append",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="a BEIR-format folder; repeat for several (one row each, plus a macro average)",
+    )
+    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to use (test)")
+    evaluate.add_argument(
+        "--systems",
+        default="cosine,reranked,ann",
+        help="comma-separated runs: cosine (always run: the baseline), reranked, ann "
+        "(default: all)",
+    )
+    evaluate.add_argument(
+        "--candidates", type=int, default=100, help="cosine top documents reranked (100)"
+    )
+    evaluate.add_argument(
+        "--limit-queries", type=int, help="evaluate the first N judged queries of each dataset"
+    )
+    evaluate.add_argument(
+        "--output", type=Path, help="report folder (default: eval-results/<UTC time>/)"
+    )
+    evaluate.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path("ragrank-data/eval-cache"),
+        help="corpus embedding cache (ragrank-data/eval-cache)",
+    )
+    evaluate.add_argument("--no-cache", action="store_true", help="always embed the corpus")
+    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_common(evaluate)
+    evaluate.set_defaults(run=_eval)
 
     # Listed for --help only: `main` hands `bench ...` to eval.bench_load's own parser, so
     # that its heavy imports stay out of the other commands.
@@ -227,6 +274,30 @@ def _worker(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from eval.command import default_output, run_eval
+    from eval.suite import EvalOptions
+    from ragrank.device import batch_limits, resolve_placement
+
+    settings = settings_from_args(args)
+    size, tokens = batch_limits(
+        resolve_placement(settings.device, settings.dtype),
+        settings.rerank_batch_size,
+        settings.rerank_batch_tokens,
+    )
+    options = EvalOptions(
+        systems=tuple(name.strip() for name in args.systems.split(",") if name.strip()),
+        split=args.split,
+        candidates=args.candidates,
+        limit_queries=args.limit_queries,
+        cache_dir=None if args.no_cache else args.cache_dir,
+        rerank_batch_size=size,
+        rerank_batch_tokens=tokens,
+        progress=not args.no_progress,
+    )
+    return run_eval(settings, args.datasets, options, args.output or default_output())
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -122,6 +122,9 @@ class _SideTokenizer:
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = copy.deepcopy(tokenizer)
+        # Planning reads whole documents on purpose; every call that must fit the model passes
+        # `max_length` itself, so the "longer than the maximum" warning would only mislead.
+        self._tokenizer.model_max_length = 1 << 30
         self._lock = threading.Lock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

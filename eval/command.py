@@ -1,0 +1,87 @@
+"""`ragrank eval`'s front door: load the models named by the settings, evaluate each dataset,
+print the table and write the report."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import QdrantClient
+
+from eval.embedding_cache import model_fingerprint
+from eval.report import build_report, print_table, write_report
+from eval.suite import TOP_K, EvalOptions, StoreFactory, evaluate_datasets
+from ragrank.device import resolve_placement
+from ragrank.errors import DocumentError
+from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.settings import Settings
+from ragrank.store import QdrantStore
+
+
+def default_output(now: datetime | None = None) -> Path:
+    return Path("eval-results") / (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+
+
+def run_eval(
+    settings: Settings, datasets: Sequence[Path], options: EvalOptions, output: Path
+) -> int:
+    for path in datasets:
+        if not path.is_dir():
+            raise DocumentError(f"--dataset {path}: not a folder")
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    scorer = CrossEncoderScorer.from_settings(settings) if "reranked" in options.systems else None
+    results = list(evaluate_datasets(datasets, embedder, scorer, options, store_factory(settings)))
+    print_table(results)
+    report = build_report(results, _config(settings, datasets, options, scorer is not None))
+    for path in write_report(report, results, output):
+        print(f"wrote {path}")
+    return 0
+
+
+def store_factory(settings: Settings) -> StoreFactory:
+    """ANN search in an in-memory embedded Qdrant, or in a collection of the Qdrant server
+    named after the dataset and the embeddings (reused by later runs)."""
+
+    @contextmanager
+    def open_store(dataset: str, key: str) -> Iterator[QdrantStore]:
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", dataset)
+        if settings.uses_embedded_qdrant:
+            store = QdrantStore(QdrantClient(":memory:"), f"eval-{name}", embedded=True)
+        else:
+            collection = f"{settings.collection}-eval-{name}-{key[:12]}"
+            store = QdrantStore.from_settings(replace(settings, collection=collection))
+        try:
+            yield store
+        finally:
+            store.close()
+
+    return open_store
+
+
+def _config(
+    settings: Settings, datasets: Sequence[Path], options: EvalOptions, reranks: bool
+) -> dict[str, Any]:
+    placement = resolve_placement(settings.device, settings.dtype)
+    return {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        "systems": ["cosine", *(s for s in options.systems if s != "cosine")],
+        "datasets": [str(path) for path in datasets],
+        "top_k": TOP_K,
+        "embed_model": settings.embed_model,
+        "embed_model_fingerprint": model_fingerprint(settings.embed_model),
+        "rerank_model": settings.rerank_model if reranks else None,
+        "rerank_model_fingerprint": model_fingerprint(settings.rerank_model) if reranks else None,
+        "rerank_max_length": settings.rerank_max_length,
+        "query_prefix": settings.query_prefix,
+        "passage_prefix": settings.passage_prefix,
+        "device": placement.device,
+        "dtype": str(placement.dtype).removeprefix("torch."),
+        "ann_store": "embedded (in memory)"
+        if settings.uses_embedded_qdrant
+        else settings.qdrant_url,
+    }

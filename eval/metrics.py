@@ -1,0 +1,161 @@
+"""Retrieval metrics and paired comparisons, computed by ranx (metrics, significance tests,
+wins/ties/losses) and scipy (bootstrap confidence intervals). Inputs are never mutated."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from eval.beir import Qrels
+
+#: query id → document id → score, as a run is written in TREC and ranx.
+Run = Mapping[str, Mapping[str, float]]
+
+HEADLINE = "ndcg@10"
+METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "map@100")
+#: Fisher's randomisation test is the paired test IR evaluation recommends (Smucker et al.
+#: 2007); Student's paired t-test is reported beside it.
+STAT_TESTS = ("fisher", "student")
+PERMUTATIONS = 10_000
+BOOTSTRAP_RESAMPLES = 10_000
+CONFIDENCE = 0.95
+SEED = 0
+
+
+@dataclass(frozen=True)
+class SystemScores:
+    """Mean of each metric, the per-query values of each, and the headline's 95 % CI."""
+
+    means: dict[str, float]
+    per_query: dict[str, dict[str, float]]
+    headline_ci: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`challenger` against `baseline` on the same queries: positive deltas favour the
+    challenger. Wins, ties and losses count queries by the headline metric."""
+
+    baseline: str
+    challenger: str
+    delta: dict[str, float]
+    delta_ci: dict[str, tuple[float, float]]
+    p_values: dict[str, dict[str, float]]
+    wins: int
+    ties: int
+    losses: int
+
+
+def _ranx() -> Any:
+    # ranx compiles its metrics with numba on first use; keep that off import paths.
+    import ranx
+
+    return ranx
+
+
+def score_run(qrels: Qrels, run: Run, name: str) -> SystemScores:
+    """Every metric of `METRICS` for one run, over exactly the queries in `qrels` (a query
+    the run misses scores 0)."""
+    ranx = _ranx()
+    ranx_run = ranx.Run(_complete(qrels, run), name=name)
+    means = ranx.evaluate(_qrels(qrels), ranx_run, list(METRICS))
+    per_query = {
+        metric: {qid: float(value) for qid, value in ranx_run.scores[metric].items()}
+        for metric in METRICS
+    }
+    values = np.array([per_query[HEADLINE][qid] for qid in qrels])
+    return SystemScores(
+        means={metric: float(means[metric]) for metric in METRICS},
+        per_query=per_query,
+        headline_ci=bootstrap_ci(values),
+    )
+
+
+def compare(
+    qrels: Qrels, runs: Mapping[str, Run], scores: Mapping[str, SystemScores], baseline: str
+) -> list[Comparison]:
+    """Each other run against `baseline`: deltas with bootstrap CIs, p-values of both paired
+    tests for every metric, and per-query wins, ties and losses on the headline metric."""
+    ranx = _ranx()
+    ranx_qrels = _qrels(qrels)
+    ranx_runs = [ranx.Run(_complete(qrels, run), name=name) for name, run in runs.items()]
+    reports = {
+        test: ranx.compare(
+            ranx_qrels,
+            ranx_runs,
+            metrics=list(METRICS),
+            stat_test=test,
+            n_permutations=PERMUTATIONS,
+            random_seed=SEED,
+        ).to_dict()
+        for test in STAT_TESTS
+    }
+    comparisons = []
+    for challenger in runs:
+        if challenger == baseline:
+            continue
+        deltas = {
+            metric: np.array(
+                [
+                    scores[challenger].per_query[metric][qid]
+                    - scores[baseline].per_query[metric][qid]
+                    for qid in qrels
+                ]
+            )
+            for metric in METRICS
+        }
+        wtl = reports["fisher"][challenger]["win_tie_loss"][baseline][HEADLINE]
+        comparisons.append(
+            Comparison(
+                baseline=baseline,
+                challenger=challenger,
+                delta={metric: float(d.mean()) for metric, d in deltas.items()},
+                delta_ci={metric: bootstrap_ci(d) for metric, d in deltas.items()},
+                p_values={
+                    test: {
+                        metric: float(report[challenger]["comparisons"][baseline][metric])
+                        for metric in METRICS
+                    }
+                    for test, report in reports.items()
+                },
+                wins=int(wtl["W"]),
+                ties=int(wtl["T"]),
+                losses=int(wtl["L"]),
+            )
+        )
+    return comparisons
+
+
+def bootstrap_ci(values: np.ndarray) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the mean, resampling queries (seeded)."""
+    if len(values) < 2 or np.ptp(values) == 0:
+        mean = float(values.mean()) if len(values) else 0.0
+        return mean, mean
+    result = stats.bootstrap(
+        (values,),
+        np.mean,
+        confidence_level=CONFIDENCE,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(SEED),
+    )
+    interval = result.confidence_interval
+    return float(interval.low), float(interval.high)
+
+
+def _qrels(qrels: Qrels) -> Any:
+    return _ranx().Qrels({qid: dict(docs) for qid, docs in qrels.items()})
+
+
+def _complete(qrels: Qrels, run: Run) -> dict[str, dict[str, float]]:
+    """The run restricted to the judged queries, with an empty ranking for any it lacks.
+    ranx breaks score ties by insertion order, so each ranking is inserted by descending
+    score, then document id: equal scores rank the same whichever system produced them."""
+    return {
+        qid: dict(sorted(run.get(qid, {}).items(), key=lambda item: (-item[1], item[0])))
+        for qid in qrels
+    }

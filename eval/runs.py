@@ -1,0 +1,147 @@
+"""The three systems the suite compares, each producing a run (query id → doc id → score):
+exact cosine (faiss), the cross-encoder over cosine's top candidates, and ANN search in Qdrant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from eval.exact import ExactIndex
+from eval.metrics import Run
+from ragrank.documents import Chunk, Document
+from ragrank.models import Pair, Scorer, Vectors
+from ragrank.store import QdrantStore
+
+
+def passage_text(document: Document) -> str:
+    """What both models read for a document: its title, a space, then its text."""
+    return f"{document.title} {document.text}".strip()
+
+
+def exact_run(
+    index: ExactIndex,
+    query_ids: Sequence[str],
+    query_vectors: Vectors,
+    doc_ids: Sequence[str],
+    k: int,
+) -> dict[str, dict[str, float]]:
+    """Cosine top-k of every query by exact search."""
+    scores, rows = index.search(query_vectors, k)
+    return {
+        qid: {
+            doc_ids[row]: float(score)
+            for score, row in zip(q_scores, q_rows, strict=True)
+            if row >= 0
+        }
+        for qid, q_scores, q_rows in zip(query_ids, scores, rows, strict=True)
+    }
+
+
+def ranked(ranking: Mapping[str, float]) -> list[str]:
+    """Document ids by descending score."""
+    return sorted(ranking, key=lambda doc_id: ranking[doc_id], reverse=True)
+
+
+def rerank_run(
+    scorer: Scorer,
+    queries: Mapping[str, str],
+    first_stage: Run,
+    passages: Mapping[str, str],
+    *,
+    candidates: int,
+    batch_size: int,
+    batch_tokens: int,
+    progress: bool = True,
+) -> tuple[dict[str, dict[str, float]], int]:
+    """Rerank each query's top `candidates` from `first_stage` with the cross-encoder, scoring
+    long documents by their best window as the server does. Ranks after `candidates` keep the
+    first stage's order below the reranked ones, so Recall@100 stays comparable.
+
+    Pairs from all queries are scored together in length-sorted batches (padding is the main
+    waste of a cross-encoder batch), within `batch_size` pairs and `batch_tokens` padded tokens.
+    Returns the run and the number of (query, window) pairs scored.
+    """
+    pairs: list[Pair] = []
+    lengths: list[int] = []
+    owners: list[tuple[str, str]] = []
+    for qid, query in queries.items():
+        doc_ids = ranked(first_stage.get(qid, {}))[:candidates]
+        plan = scorer.plan_windows(query, [passages[doc_id] for doc_id in doc_ids])
+        pairs.extend(plan.pairs)
+        lengths.extend(plan.lengths)
+        owners.extend((qid, doc_ids[owner]) for owner in plan.owners)
+
+    logits = np.empty(len(pairs), dtype=np.float32)
+    order = sorted(range(len(pairs)), key=lengths.__getitem__)
+    with tqdm(total=len(pairs), desc="reranking", unit="pair", disable=not progress) as bar:
+        for batch in _batches(order, lengths, batch_size, batch_tokens):
+            logits[batch] = scorer.score_pairs([pairs[i] for i in batch])
+            bar.update(len(batch))
+
+    best: dict[str, dict[str, float]] = {qid: {} for qid in queries}
+    for (qid, doc_id), logit in zip(owners, logits.tolist(), strict=True):
+        best[qid][doc_id] = max(logit, best[qid].get(doc_id, -np.inf))
+    for qid, scores in best.items():
+        rest = [d for d in ranked(first_stage.get(qid, {})) if d not in scores]
+        floor = min(scores.values(), default=0.0)
+        scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
+    return best, len(pairs)
+
+
+def _batches(
+    order: Sequence[int], lengths: Sequence[int], size: int, tokens: int
+) -> Iterator[list[int]]:
+    """Consecutive runs of `order` (ascending length) within both limits; padded cost is the
+    longest (last) pair's length times the batch's size."""
+    batch: list[int] = []
+    for index in order:
+        if batch and (len(batch) + 1 > size or lengths[index] * (len(batch) + 1) > tokens):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+def index_for_ann(
+    store: QdrantStore, documents: Sequence[Document], vectors: Vectors, *, progress: bool = True
+) -> None:
+    """Upsert one point per document (deterministic ids), unless the collection holds them."""
+    store.ensure_collection(vectors.shape[1])
+    if store.count() == len(documents):
+        return
+    step = 256
+    with tqdm(
+        total=len(documents), desc="indexing for ANN", unit="doc", disable=not progress
+    ) as bar:
+        for start in range(0, len(documents), step):
+            batch = documents[start : start + step]
+            chunks = [
+                Chunk(doc_id=d.doc_id, chunk_index=0, text=d.text, title=d.title, end=len(d.text))
+                for d in batch
+            ]
+            store.upsert(chunks, vectors[start : start + step])
+            bar.update(len(batch))
+
+
+def ann_run(
+    store: QdrantStore, query_ids: Sequence[str], query_vectors: Vectors, k: int
+) -> dict[str, dict[str, float]]:
+    """Each query's top-k from Qdrant's own search (HNSW on a server)."""
+    return {
+        qid: {hit.chunk.doc_id: hit.retrieval_score for hit in store.search(vector, k)}
+        for qid, vector in zip(query_ids, query_vectors, strict=True)
+    }
+
+
+def overlap_recall(approximate: Run, exact: Run, k: int) -> float:
+    """Mean fraction of each query's exact top-k that the approximate top-k also returns."""
+    fractions = [
+        len(set(ranked(approximate.get(qid, {}))[:k]) & set(ranked(ranking)[:k]))
+        / max(1, min(k, len(ranking)))
+        for qid, ranking in exact.items()
+    ]
+    return float(np.mean(fractions)) if fractions else 0.0

