@@ -222,11 +222,15 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
     config = report["config"]
     datasets = report["datasets"]
     systems = list(dict.fromkeys(s for d in datasets for s in d["systems"]))
+    reranker = (
+        f"reranker `{config['rerank_model']}` · {config['candidates']} candidates"
+        if config.get("rerank_model")
+        else "no reranker"
+    )
     lines = [
         "# ragrank eval",
         "",
-        f"{report['created']} · embedder `{config['embed_model']}` · reranker "
-        f"`{config['rerank_model']}` · {config['candidates']} candidates · split "
+        f"{report['created']} · embedder `{config['embed_model']}` · {reranker} · split "
         f"`{config['split']}`",
         "",
         f"## {HEADLINE.upper()}",

@@ -240,6 +240,7 @@ def test_a_cosine_only_run_needs_no_reranker(tmp_path: Path, settings: Settings,
     assert list(report["datasets"][0]["systems"]) == ["cosine"]
     assert report["datasets"][0]["evaluated_queries"] == 3
     assert report["config"]["rerank_model"] is None
+    assert "no reranker" in (tmp_path / "out" / "report.md").read_text()
     assert "cosine" in capsys.readouterr().out
 
 
