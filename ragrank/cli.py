@@ -277,7 +277,12 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from eval.command import default_output, run_eval
+    try:
+        from eval.command import default_output, run_eval
+    except ModuleNotFoundError as exc:
+        raise RagrankError(
+            f"ragrank eval needs the package {exc.name!r}: pip install 'ragrank[eval]'"
+        ) from exc
     from eval.suite import EvalOptions
     from ragrank.device import batch_limits, resolve_placement
 

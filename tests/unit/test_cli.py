@@ -14,6 +14,7 @@ from ragrank.cli import build_parser, main, settings_from_args
         ("serve", ["--host", "--port", "--embed-model", "--qdrant-url"]),
         ("index", ["path", "--chunk-tokens", "--batch-size", "JSONL"]),
         ("demo", ["--no-serve", "--preset", "small"]),
+        ("eval", ["--dataset", "--systems", "--candidates", "--limit-queries", "--cache-dir"]),
     ],
 )
 def test_each_subcommand_has_useful_help(command, expected, capsys):
@@ -59,3 +60,11 @@ def test_index_of_a_missing_path_fails_with_a_message_not_a_trace(tmp_path, sett
     err = capsys.readouterr().err
     assert "ragrank: error:" in err and "does not exist" in err
     assert "Traceback" not in err
+
+
+def test_eval_without_its_extra_names_the_package_to_install(monkeypatch, capsys, tmp_path):
+    for name in [m for m in sys.modules if m.startswith("eval.") and m != "eval.beir"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "faiss", None)  # as if faiss were not installed
+    assert main(["eval", "--dataset", str(tmp_path)]) == 2
+    assert "pip install 'ragrank[eval]'" in capsys.readouterr().err
