@@ -3,7 +3,9 @@ wins/ties/losses) and scipy (bootstrap confidence intervals). Inputs are never m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,12 +59,22 @@ def _ranx() -> Any:
     return ranx
 
 
+@contextmanager
+def _quiet_compilation() -> Iterator[None]:
+    """numba warns about an unsafe integer cast while it compiles ranx's metrics (once per
+    installation, then cached); it concerns ranx's internals, not these results."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="unsafe cast from uint64 to int64")
+        yield
+
+
 def score_run(qrels: Qrels, run: Run, name: str) -> SystemScores:
     """Every metric of `METRICS` for one run, over exactly the queries in `qrels` (a query
     the run misses scores 0)."""
     ranx = _ranx()
     ranx_run = ranx.Run(_complete(qrels, run), name=name)
-    means = ranx.evaluate(_qrels(qrels), ranx_run, list(METRICS))
+    with _quiet_compilation():
+        means = ranx.evaluate(_qrels(qrels), ranx_run, list(METRICS))
     per_query = {
         metric: {qid: float(value) for qid, value in ranx_run.scores[metric].items()}
         for metric in METRICS
@@ -83,17 +95,18 @@ def compare(
     ranx = _ranx()
     ranx_qrels = _qrels(qrels)
     ranx_runs = [ranx.Run(_complete(qrels, run), name=name) for name, run in runs.items()]
-    reports = {
-        test: ranx.compare(
-            ranx_qrels,
-            ranx_runs,
-            metrics=list(METRICS),
-            stat_test=test,
-            n_permutations=PERMUTATIONS,
-            random_seed=SEED,
-        ).to_dict()
-        for test in STAT_TESTS
-    }
+    with _quiet_compilation():
+        reports = {
+            test: ranx.compare(
+                ranx_qrels,
+                ranx_runs,
+                metrics=list(METRICS),
+                stat_test=test,
+                n_permutations=PERMUTATIONS,
+                random_seed=SEED,
+            ).to_dict()
+            for test in STAT_TESTS
+        }
     comparisons = []
     for challenger in runs:
         if challenger == baseline:
