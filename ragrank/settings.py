@@ -49,6 +49,11 @@ class Settings:
     qdrant_url: str | None = None
     qdrant_api_key: str | None = field(default=None, repr=False)
     collection: str = "ragrank"
+    #: Applied when ragrank creates the collection on a Qdrant server (cluster mode); an
+    #: existing collection keeps its own. The embedded store ignores them.
+    qdrant_shard_number: int = 1
+    qdrant_replication_factor: int = 1
+    qdrant_write_consistency_factor: int = 1
 
     device: str = "auto"
     dtype: str = "auto"
@@ -105,6 +110,9 @@ class Settings:
             "queue_size",
             "request_timeout_s",
             "watch_interval_s",
+            "qdrant_shard_number",
+            "qdrant_replication_factor",
+            "qdrant_write_consistency_factor",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
@@ -120,6 +128,12 @@ class Settings:
         if not 0 <= self.chunk_overlap < self.chunk_tokens:
             raise SettingsError(
                 f"{env_name('chunk_overlap')} must be >= 0 and below {env_name('chunk_tokens')}"
+            )
+        if self.qdrant_write_consistency_factor > self.qdrant_replication_factor:
+            raise SettingsError(
+                f"{env_name('qdrant_write_consistency_factor')} cannot exceed "
+                f"{env_name('qdrant_replication_factor')}: a write cannot wait for more copies "
+                f"than exist"
             )
         if not 0 < self.port < 65536:
             raise SettingsError(f"{env_name('port')} must be between 1 and 65535")

@@ -56,6 +56,16 @@ def point_id(doc_id: str, chunk_index: int) -> str:
     return str(uuid.uuid5(POINT_NAMESPACE, json.dumps([doc_id, chunk_index])))
 
 
+@dataclass(frozen=True)
+class CollectionLayout:
+    """How a new collection spreads over a Qdrant cluster: shards, copies of each shard, and
+    how many copies a write waits for."""
+
+    shards: int = 1
+    replicas: int = 1
+    write_consistency: int = 1
+
+
 class QdrantStore:
     """Reads and writes chunk points in one Qdrant collection.
 
@@ -63,10 +73,18 @@ class QdrantStore:
     against a server the lock only serialises this process's own calls to one client.
     """
 
-    def __init__(self, client: QdrantClient, collection: str, *, embedded: bool = False) -> None:
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str,
+        *,
+        embedded: bool = False,
+        layout: CollectionLayout | None = None,
+    ) -> None:
         self._client = client
         self.collection = collection
         self.embedded = embedded
+        self.layout = layout or CollectionLayout()
         self._lock = threading.Lock()
 
     @classmethod
@@ -86,7 +104,16 @@ class QdrantStore:
                 f"Only one process may open it at a time: stop the other ragrank process, or run "
                 f"a Qdrant server and set {env_name('qdrant_url')}."
             ) from None
-        return cls(client, settings.collection, embedded=settings.uses_embedded_qdrant)
+        return cls(
+            client,
+            settings.collection,
+            embedded=settings.uses_embedded_qdrant,
+            layout=CollectionLayout(
+                shards=settings.qdrant_shard_number,
+                replicas=settings.qdrant_replication_factor,
+                write_consistency=settings.qdrant_write_consistency_factor,
+            ),
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -101,6 +128,12 @@ class QdrantStore:
                         self.collection,
                         vectors_config=models.VectorParams(
                             size=dimension, distance=models.Distance.COSINE
+                        ),
+                        # The embedded store has no cluster to spread over.
+                        shard_number=None if self.embedded else self.layout.shards,
+                        replication_factor=None if self.embedded else self.layout.replicas,
+                        write_consistency_factor=(
+                            None if self.embedded else self.layout.write_consistency
                         ),
                     )
                     return

@@ -7,7 +7,7 @@ import pytest
 from qdrant_client import QdrantClient, models
 
 from ragrank.documents import Chunk
-from ragrank.errors import CollectionMismatchError, StoreError
+from ragrank.errors import CollectionMismatchError, SettingsError, StoreError
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore, point_id
 
@@ -126,10 +126,18 @@ def test_an_unreachable_server_reports_not_ready():
 
 
 class RecordingClient:
-    """Records the payload indexes asked for (the embedded client has none to show)."""
+    """Records the payload indexes and collections asked for (the embedded client has no
+    payload indexes or shards to show)."""
 
     def __init__(self) -> None:
         self.indexed: list[tuple[str, object]] = []
+        self.created: list[dict[str, object]] = []
+
+    def collection_exists(self, collection: str) -> bool:
+        return False
+
+    def create_collection(self, collection: str, **arguments) -> None:
+        self.created.append(arguments)
 
     def create_payload_index(self, collection: str, *, field_name: str, field_schema, wait):
         self.indexed.append((field_name, field_schema))
@@ -152,3 +160,30 @@ def test_metadata_index_keys_come_from_a_comma_separated_setting():
     settings = Settings.from_env({"RAGRANK_METADATA_INDEXES": " lang, team ,"})
     assert settings.metadata_index_keys == ("lang", "team")
     assert Settings().metadata_index_keys == ()
+
+
+def test_a_new_collection_on_a_server_gets_the_cluster_layout_from_the_settings():
+    settings = Settings(
+        qdrant_url="http://qdrant:6333",
+        qdrant_shard_number=6,
+        qdrant_replication_factor=2,
+        qdrant_write_consistency_factor=2,
+    )
+    client = RecordingClient()
+    layout = QdrantStore.from_settings(settings).layout
+    QdrantStore(client, "c", embedded=False, layout=layout).ensure_collection(8)  # type: ignore[arg-type]
+    (created,) = client.created
+    assert (created["shard_number"], created["replication_factor"]) == (6, 2)
+    assert created["write_consistency_factor"] == 2
+    assert created["vectors_config"] == models.VectorParams(size=8, distance=models.Distance.COSINE)
+
+    embedded = RecordingClient()
+    QdrantStore(embedded, "c", embedded=True, layout=layout).ensure_collection(8)  # type: ignore[arg-type]
+    assert embedded.created[0]["shard_number"] is None
+
+
+def test_a_write_cannot_wait_for_more_copies_than_exist():
+    with pytest.raises(SettingsError, match="RAGRANK_QDRANT_WRITE_CONSISTENCY_FACTOR"):
+        Settings(qdrant_replication_factor=2, qdrant_write_consistency_factor=3)
+    with pytest.raises(SettingsError, match="RAGRANK_QDRANT_SHARD_NUMBER"):
+        Settings(qdrant_shard_number=0)
