@@ -113,6 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_demo)
 
+    model_files = commands.add_parser(
+        "models",
+        help="pull the configured models into the cache, or check that they load",
+        description="pull: download the configured embedding and reranking models into the "
+        "Hugging Face cache (HF_HOME), so the stack can start offline. check: load each "
+        "through the server's own code and report where from, its dimension and max length; "
+        "exits 1 if any fails.",
+    )
+    model_files.add_argument("action", choices=("pull", "check"))
+    _add_common(model_files)
+    model_files.set_defaults(run=_models)
+
     evaluate = commands.add_parser(
         "eval",
         help="NDCG@10 of cosine-only vs reranked (and Qdrant ANN) retrieval on BEIR datasets",
@@ -274,6 +286,27 @@ def _worker(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from ragrank import model_files
+
+    settings = settings_from_args(args)
+    if args.action == "pull":
+        for role, model_id, where in model_files.pull(settings):
+            print(f"{role}: {model_id} -> {where}")
+        return 0
+    statuses = model_files.check(settings)
+    for status in statuses:
+        if status.loads:
+            shape = f"dimension {status.dimension}, " if status.dimension else ""
+            print(
+                f"ok    {status.role}: {status.model_id} ({status.setting}) from "
+                f"{status.source}; {shape}max length {status.max_length}"
+            )
+        else:
+            print(f"FAIL  {status.role}: {status.model_id} ({status.setting}): {status.error}")
+    return 0 if all(status.loads for status in statuses) else 1
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -68,3 +68,30 @@ def test_eval_without_its_extra_names_the_package_to_install(monkeypatch, capsys
     monkeypatch.setitem(sys.modules, "faiss", None)  # as if faiss were not installed
     assert main(["eval", "--dataset", str(tmp_path)]) == 2
     assert "pip install 'ragrank[eval]'" in capsys.readouterr().err
+
+
+def test_models_check_reports_each_model_and_fails_when_one_does_not_load(settings, capsys):
+    flags = ["--embed-model", settings.embed_model, "--device", "cpu"]
+    assert main(["models", "check", *flags, "--rerank-model", settings.rerank_model]) == 0
+    out = capsys.readouterr().out
+    assert f"ok    embedding: {settings.embed_model} (RAGRANK_EMBED_MODEL) from local folder" in out
+    assert "dimension 32, max length 512" in out
+    assert f"ok    reranking: {settings.rerank_model}" in out
+
+    assert main(["models", "check", *flags, "--rerank-model", "/nonexistent/reranker"]) == 1
+    out = capsys.readouterr().out
+    assert "ok    embedding" in out
+    assert "FAIL  reranking: /nonexistent/reranker (RAGRANK_RERANK_MODEL)" in out
+
+
+def test_models_pull_skips_local_folders_and_names_the_setting_when_the_hub_fails(
+    settings, capsys, monkeypatch
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    local = ["--embed-model", settings.embed_model, "--rerank-model", settings.rerank_model]
+    assert main(["models", "pull", *local]) == 0
+    assert capsys.readouterr().out.count("nothing to pull") == 2
+    hub = ["--embed-model", settings.embed_model, "--rerank-model", "BAAI/no-such-reranker"]
+    assert main(["models", "pull", *hub]) == 2
+    err = capsys.readouterr().err
+    assert "'BAAI/no-such-reranker'" in err and "RAGRANK_RERANK_MODEL" in err

@@ -1,0 +1,90 @@
+"""Preparing models ahead of time (`ragrank models pull` / `check`), so that a stack can be
+made ready before it goes offline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragrank.errors import ModelLoadError
+from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.settings import Settings, env_name
+
+#: (role, settings field) of every model the configuration names.
+ROLES = (("embedding", "embed_model"), ("reranking", "rerank_model"))
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """What `check` found for one configured model."""
+
+    role: str
+    model_id: str
+    setting: str
+    source: str
+    loads: bool
+    dimension: int | None = None
+    max_length: int | None = None
+    error: str = ""
+
+
+def pull(settings: Settings) -> list[tuple[str, str, str]]:
+    """Download every configured hub model into the Hugging Face cache; (role, model, where)."""
+    from huggingface_hub import snapshot_download
+
+    pulled = []
+    for role, field in ROLES:
+        model_id = getattr(settings, field)
+        local = Path(model_id).expanduser()
+        if local.is_dir():
+            pulled.append((role, model_id, f"local folder {local.resolve()}, nothing to pull"))
+            continue
+        try:
+            path = snapshot_download(model_id)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"Could not download the {role} model {model_id!r}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''} Check the model id and the "
+                f"network, or set {env_name(field)} to a local folder."
+            ) from exc
+        pulled.append((role, model_id, path))
+    return pulled
+
+
+def source(model_id: str) -> str:
+    """Where a model would load from: its local folder, the Hugging Face cache, or the hub."""
+    local = Path(model_id).expanduser()
+    if local.is_dir():
+        return f"local folder {local.resolve()}"
+    from huggingface_hub import snapshot_download
+
+    try:
+        return f"cache {snapshot_download(model_id, local_files_only=True)}"
+    except Exception:
+        return "the hub (not cached here)"
+
+
+def check(settings: Settings) -> list[ModelStatus]:
+    """Load every configured model through the code the server uses and report on it."""
+    statuses = []
+    for role, field in ROLES:
+        model_id = getattr(settings, field)
+        common = {
+            "role": role,
+            "model_id": model_id,
+            "setting": env_name(field),
+            "source": source(model_id),
+        }
+        try:
+            if field == "embed_model":
+                embedder = SentenceTransformerEmbedder.from_settings(settings)
+                dimension, max_length = embedder.dimension, embedder.max_length
+            else:
+                dimension, max_length = None, CrossEncoderScorer.from_settings(settings).max_length
+        except ModelLoadError as exc:
+            statuses.append(ModelStatus(**common, loads=False, error=str(exc)))
+            continue
+        statuses.append(
+            ModelStatus(**common, loads=True, dimension=dimension, max_length=max_length)
+        )
+    return statuses
