@@ -187,3 +187,39 @@ def test_a_write_cannot_wait_for_more_copies_than_exist():
         Settings(qdrant_replication_factor=2, qdrant_write_consistency_factor=3)
     with pytest.raises(SettingsError, match="RAGRANK_QDRANT_SHARD_NUMBER"):
         Settings(qdrant_shard_number=0)
+
+
+def test_a_remote_server_gets_the_api_key_on_every_request():
+    """Qdrant Cloud and other remote servers: URL plus API key from the settings (an https URL
+    makes qdrant-client use TLS; this local stand-in speaks plain HTTP)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[str, str | None]] = []
+
+    class FakeQdrant(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("api-key")))
+            body = json.dumps({"result": {"exists": True}, "status": "ok", "time": 0.0}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeQdrant)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        store = QdrantStore.from_settings(
+            Settings(qdrant_url=url, qdrant_api_key="s3cret", collection="docs")
+        )
+        assert store.ping()
+        store.close()
+    finally:
+        server.shutdown()
+    assert seen == [("/collections/docs/exists", "s3cret")]
