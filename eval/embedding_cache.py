@@ -16,16 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ragrank.models import Vectors
+from ragrank.models import Vectors, local_model_folder
 
-#: Bump when the text given to the embedder changes (today: title + " " + text).
-TEXT_FORMAT = "title-space-text/1"
+#: Bump when the text given to the embedder changes (`Document.passage`: title, space, text).
+TEXT_FORMAT = "title-space-text/2"
 
 
 def model_fingerprint(model_id: str) -> str:
     """The model id, plus a digest of its files when it is a local folder."""
-    folder = Path(model_id).expanduser()
-    if not folder.is_dir():
+    folder = local_model_folder(model_id)
+    if folder is None:
         return model_id
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

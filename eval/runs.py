@@ -16,11 +16,6 @@ from ragrank.models import Pair, Scorer, Vectors
 from ragrank.store import QdrantStore
 
 
-def passage_text(document: Document) -> str:
-    """What both models read for a document: its title, a space, then its text."""
-    return f"{document.title} {document.text}".strip()
-
-
 def exact_run(
     index: ExactIndex,
     query_ids: Sequence[str],
@@ -64,11 +59,12 @@ def rerank_run(
     waste of a cross-encoder batch), within `batch_size` pairs and `batch_tokens` padded tokens.
     Returns the run and the number of (query, window) pairs scored.
     """
+    first_order = {qid: ranked(first_stage.get(qid, {})) for qid in queries}
     pairs: list[Pair] = []
     lengths: list[int] = []
     owners: list[tuple[str, str]] = []
     for qid, query in queries.items():
-        doc_ids = ranked(first_stage.get(qid, {}))[:candidates]
+        doc_ids = first_order[qid][:candidates]
         plan = scorer.plan_windows(query, [passages[doc_id] for doc_id in doc_ids])
         pairs.extend(plan.pairs)
         lengths.extend(plan.lengths)
@@ -85,7 +81,7 @@ def rerank_run(
     for (qid, doc_id), logit in zip(owners, logits.tolist(), strict=True):
         best[qid][doc_id] = max(logit, best[qid].get(doc_id, -np.inf))
     for qid, scores in best.items():
-        rest = [d for d in ranked(first_stage.get(qid, {})) if d not in scores]
+        rest = first_order[qid][candidates:]
         floor = min(scores.values(), default=0.0)
         scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
     return best, len(pairs)

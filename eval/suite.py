@@ -22,7 +22,6 @@ from eval.runs import (
     exact_run,
     index_for_ann,
     overlap_recall,
-    passage_text,
     rerank_run,
 )
 from ragrank.errors import DocumentError, SettingsError
@@ -97,7 +96,7 @@ def evaluate_dataset(
     queries = _evaluated_queries(dataset, options.limit_queries)
     qrels = {qid: dataset.qrels[qid] for qid in queries}
     doc_ids = list(dataset.corpus)
-    passages = {doc_id: passage_text(doc) for doc_id, doc in dataset.corpus.items()}
+    passages = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
     result = DatasetResult(
         name=dataset.name,
         path=str(path),

@@ -24,6 +24,11 @@ class Document:
     title: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def passage(self) -> str:
+        """What the models see of a whole document (the evaluation reads documents whole)."""
+        return passage_text(self.title, self.text)
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
@@ -40,8 +45,13 @@ class Chunk:
 
     @property
     def passage(self) -> str:
-        """What the models see: the title, when there is one, then the chunk's text."""
-        return f"{self.title} {self.text}" if self.title else self.text
+        """What the models see of this chunk."""
+        return passage_text(self.title, self.text)
+
+
+def passage_text(title: str, text: str) -> str:
+    """What the embedder and the reranker read: the title, when there is one, then the text."""
+    return f"{title} {text}" if title else text
 
 
 @dataclass(frozen=True, slots=True)

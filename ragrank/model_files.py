@@ -4,10 +4,14 @@ made ready before it goes offline."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ragrank.errors import ModelLoadError
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.models import (
+    CrossEncoderScorer,
+    SentenceTransformerEmbedder,
+    error_summary,
+    local_model_folder,
+)
 from ragrank.settings import Settings, env_name
 
 #: (role, settings field) of every model the configuration names.
@@ -35,17 +39,16 @@ def pull(settings: Settings) -> list[tuple[str, str, str]]:
     pulled = []
     for role, field in ROLES:
         model_id = getattr(settings, field)
-        local = Path(model_id).expanduser()
-        if local.is_dir():
+        if (local := local_model_folder(model_id)) is not None:
             pulled.append((role, model_id, f"local folder {local.resolve()}, nothing to pull"))
             continue
         try:
             path = snapshot_download(model_id)
         except Exception as exc:
             raise ModelLoadError(
-                f"Could not download the {role} model {model_id!r}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''} Check the model id and the "
-                f"network, or set {env_name(field)} to a local folder."
+                f"Could not download the {role} model {model_id!r}: {error_summary(exc)} "
+                f"Check the model id and the network, or set {env_name(field)} to a local "
+                f"folder."
             ) from exc
         pulled.append((role, model_id, path))
     return pulled
@@ -53,8 +56,7 @@ def pull(settings: Settings) -> list[tuple[str, str, str]]:
 
 def source(model_id: str) -> str:
     """Where a model would load from: its local folder, the Hugging Face cache, or the hub."""
-    local = Path(model_id).expanduser()
-    if local.is_dir():
+    if (local := local_model_folder(model_id)) is not None:
         return f"local folder {local.resolve()}"
     from huggingface_hub import snapshot_download
 

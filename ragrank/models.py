@@ -150,6 +150,18 @@ def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
 _Model = TypeVar("_Model")
 
 
+def local_model_folder(model_id: str) -> Path | None:
+    """The folder a model setting names, when it names one that exists (else a hub id)."""
+    folder = Path(model_id).expanduser()
+    return folder if folder.is_dir() else None
+
+
+def error_summary(exc: BaseException) -> str:
+    """`Type: first line of the message`, for errors that name a model and a setting."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
 def _load(role: str, model_id: str, setting: str, loader: Callable[[str], _Model]) -> _Model:
     """Load a model by local path or hub id, turning every failure into a `ModelLoadError`."""
     local = Path(model_id).expanduser()
@@ -163,8 +175,7 @@ def _load(role: str, model_id: str, setting: str, loader: Callable[[str], _Model
         return loader(source)
     except Exception as exc:
         raise ModelLoadError(
-            f"Could not load the {role} model {model_id!r}: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''} "
+            f"Could not load the {role} model {model_id!r}: {error_summary(exc)} "
             f"If the Hugging Face Hub is unreachable and the model is not cached, download it "
             f"elsewhere and set {setting} to its local folder (or point HF_HOME at a cache "
             f"that holds it)."
