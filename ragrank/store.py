@@ -124,19 +124,14 @@ class QdrantStore:
         with self._lock:
             try:
                 if not self._client.collection_exists(self.collection):
-                    self._client.create_collection(
-                        self.collection,
-                        vectors_config=models.VectorParams(
-                            size=dimension, distance=models.Distance.COSINE
-                        ),
-                        # The embedded store has no cluster to spread over.
-                        shard_number=None if self.embedded else self.layout.shards,
-                        replication_factor=None if self.embedded else self.layout.replicas,
-                        write_consistency_factor=(
-                            None if self.embedded else self.layout.write_consistency
-                        ),
-                    )
-                    return
+                    try:
+                        self._create_collection(dimension)
+                        return
+                    except Exception:
+                        # API replicas and the indexer start together: another one may have
+                        # created it since; then check that one like any existing collection.
+                        if not self._client.collection_exists(self.collection):
+                            raise
                 info = self._client.get_collection(self.collection)
             except Exception as exc:
                 raise StoreError(f"Qdrant refused collection {self.collection!r}: {exc}") from exc
@@ -153,6 +148,16 @@ class QdrantStore:
                 f"vectors compared by Cosine. Set {env_name('collection')} to a new name, or "
                 f"re-create the collection for this model."
             )
+
+    def _create_collection(self, dimension: int) -> None:
+        self._client.create_collection(
+            self.collection,
+            vectors_config=models.VectorParams(size=dimension, distance=models.Distance.COSINE),
+            # The embedded store has no cluster to spread over.
+            shard_number=None if self.embedded else self.layout.shards,
+            replication_factor=None if self.embedded else self.layout.replicas,
+            write_consistency_factor=None if self.embedded else self.layout.write_consistency,
+        )
 
     def upsert(
         self,

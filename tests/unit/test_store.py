@@ -182,6 +182,38 @@ def test_a_new_collection_on_a_server_gets_the_cluster_layout_from_the_settings(
     assert embedded.created[0]["shard_number"] is None
 
 
+class RacingClient(QdrantClient):
+    """An in-memory Qdrant where another process (a second API replica) creates the collection
+    between this process's existence check and its own create."""
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__(":memory:")
+        self.other_dimension = dimension
+        self.raced = False
+
+    def collection_exists(self, collection_name: str, **kwargs) -> bool:
+        if not self.raced:
+            self.raced = True
+            super().create_collection(
+                collection_name,
+                vectors_config=models.VectorParams(
+                    size=self.other_dimension, distance=models.Distance.COSINE
+                ),
+            )
+            return False
+        return super().collection_exists(collection_name, **kwargs)
+
+
+def test_replicas_starting_together_share_the_collection_one_of_them_created():
+    client = RacingClient(dimension=8)
+    QdrantStore(client, "c").ensure_collection(8)  # the losing create is not an error
+    assert client.raced and client.get_collection("c").config.params.vectors.size == 8
+
+    mismatched = RacingClient(dimension=16)
+    with pytest.raises(CollectionMismatchError, match="16-d"):
+        QdrantStore(mismatched, "c").ensure_collection(8)
+
+
 def test_a_write_cannot_wait_for_more_copies_than_exist():
     with pytest.raises(SettingsError, match="RAGRANK_QDRANT_WRITE_CONSISTENCY_FACTOR"):
         Settings(qdrant_replication_factor=2, qdrant_write_consistency_factor=3)
