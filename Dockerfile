@@ -1,24 +1,55 @@
-# ragrank on the CPU. (A CUDA variant and a multi-stage build come with the full compose stack.)
-FROM python:3.11-slim
+# ragrank's image: `ragrank serve` by default, `ragrank worker` for the indexer.
+#   docker build -t ragrank:cpu .                            CPU torch (small)
+#   docker build -t ragrank:cuda --build-arg VARIANT=cuda .  CUDA torch (GPU; needs the NVIDIA
+#                                                            container toolkit on the host)
+# Two stages: `build` installs torch and ragrank into a virtualenv; `runtime` copies only that
+# virtualenv onto a clean Python image and runs as an unprivileged user.
+ARG PYTHON_VERSION=3.11
 
+FROM python:${PYTHON_VERSION}-slim AS build
+ARG VARIANT=cpu
 ARG TORCH_VERSION=2.13.0
-ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
-
-ENV PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    HF_HOME=/models
-
-RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}"
-WORKDIR /app
+# PyPI's Linux torch wheels are the CUDA build (with CUDA's libraries as pip packages; the
+# driver comes from the host); PyTorch's CPU index has the CPU-only build.
+ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+ARG TORCH_CUDA_INDEX=https://pypi.org/simple
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH
+RUN python -m venv /opt/venv
+RUN case "${VARIANT}" in \
+      cpu) index="${TORCH_CPU_INDEX}" ;; \
+      cuda) index="${TORCH_CUDA_INDEX}" ;; \
+      *) echo "VARIANT must be cpu or cuda, not '${VARIANT}'" >&2; exit 1 ;; \
+    esac \
+    && pip install "torch==${TORCH_VERSION}" --index-url "${index}" \
+       --extra-index-url https://pypi.org/simple
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY ragrank ragrank
 COPY server server
 COPY indexing indexing
 COPY eval eval
-RUN pip install . && useradd --create-home --uid 1000 ragrank && mkdir -p /models /data \
-    && chown ragrank /models /data
-USER ragrank
+RUN pip install .
 
+FROM python:${PYTHON_VERSION}-slim AS runtime
+ARG VARIANT=cpu
+LABEL org.opencontainers.image.title="ragrank" \
+      org.opencontainers.image.description="Retrieval and cross-encoder reranking server for RAG" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      ai.ragrank.variant="${VARIANT}"
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HF_HOME=/models \
+    RAGRANK_HOST=0.0.0.0 \
+    RAGRANK_JOBS_PATH=/data/jobs.sqlite3 \
+    RAGRANK_QDRANT_PATH=/data/qdrant
+COPY --from=build /opt/venv /opt/venv
+RUN useradd --create-home --uid 1000 --user-group ragrank \
+    && mkdir -p /models /data /documents \
+    && chown ragrank:ragrank /models /data
+USER 1000:1000
+WORKDIR /home/ragrank
 EXPOSE 8000
 ENTRYPOINT ["ragrank"]
-CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["serve"]
