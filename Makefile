@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo serve bench bench-infinity test test-slow lint clean
+.PHONY: help setup demo serve bench bench-infinity test test-slow lint stack-tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -60,10 +60,14 @@ test: setup ## run the test suite (tiny models, no network)
 test-slow: setup ## run the real-model and real-data tests too
 	$(BIN)/pytest
 
-lint: setup ## ruff and mypy --strict
+lint: setup ## ruff, mypy --strict and hadolint (the Dockerfile)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
+
+stack-tools: ## fetch Docker Compose v2 and Caddy so `make test` validates the compose stack too
+	.ci/stack-tools
 
 clean: ## remove the virtualenv, caches and local data
 	rm -rf $(VENV) .venv-infinity .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info
