@@ -4,6 +4,7 @@ restarts; one bad document fails alone; watched folders stay in sync."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from ragrank.settings import Settings
 from server import create_app
 from server.schemas import MAX_DOCUMENTS_PER_JOB
 from server.services import Services
-from tests.fakes import FakeEmbedder
+from tests.fakes import FakeEmbedder, FakeScorer
 
 
 class PoisonedEmbedder(FakeEmbedder):
@@ -77,6 +78,49 @@ async def test_documents_posted_and_deleted_over_rest_reach_the_index(
 
         missing = await client.get("/v1/jobs/nope")
         assert missing.status_code == 404
+
+
+async def test_api_replicas_share_only_qdrant_and_the_job_queue(
+    fake_services: Services, tmp_path: Path
+):
+    """Two API processes as the cluster profile runs them (their own models, the same Qdrant and
+    job queue, the indexer apart): any request may go to either and gets the same answer."""
+    settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
+    replicas = [
+        create_app(
+            settings,
+            services=Services(
+                embedder=FakeEmbedder(), scorer=FakeScorer(), store=fake_services.store
+            ),
+            run_worker=False,
+        )
+        for _ in range(2)
+    ]
+    indexer = _worker(fake_services, JobStore(settings.jobs_path), poll_s=0.02)
+    stop = threading.Event()
+    thread = threading.Thread(target=indexer.run, args=(stop,))
+    thread.start()
+    documents = [
+        {"id": "rhine", "text": "The Rhine flows into the North Sea."},
+        {"id": "tea", "text": "Green tea is brewed at 80 degrees."},
+    ]
+    try:
+        async with AsyncTestClient(app=replicas[0]) as a, AsyncTestClient(app=replicas[1]) as b:
+            accepted = await a.post("/v1/documents", json={"documents": documents})
+            job = await _wait_for(b, accepted.json()["job_id"])  # asked of the other replica
+            assert job["state"] == "done" and job["counts"]["new"] == 2
+            query = {"query": "Rhine North Sea", "top_k": 2}
+            answers = [(await client.post("/v1/search", json=query)).json() for client in (a, b)]
+            assert answers[0]["results"] == answers[1]["results"]
+            assert answers[0]["results"][0]["doc_id"] == "rhine"
+            deleted = await b.delete("/v1/documents/rhine")
+            assert (await _wait_for(a, deleted.json()["job_id"]))["counts"] == {"deleted": 1}
+            for client in (a, b):
+                hits = (await client.post("/v1/search", json=query)).json()["results"]
+                assert [hit["doc_id"] for hit in hits] == ["tea"]
+    finally:
+        stop.set()
+        thread.join()
 
 
 async def test_document_limits_answer_400_naming_the_field(fake_services, tmp_path: Path):
