@@ -87,6 +87,13 @@ class Settings:
     watch: str = ""
     watch_interval_s: int = 30
 
+    #: API keys (comma-separated, and/or one per line in a file). With none, the API is open;
+    #: with any, every route but /health and /ready needs one. Read-only keys cannot ingest.
+    api_keys: str = field(default="", repr=False)
+    readonly_api_keys: str = field(default="", repr=False)
+    api_keys_file: Path | None = None
+    readonly_api_keys_file: Path | None = None
+
     host: str = "127.0.0.1"
     port: int = 8000
 

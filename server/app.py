@@ -12,12 +12,14 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components
 from litestar.plugins.prometheus import PrometheusController
 
 from indexing.jobs import JobStore
 from indexing.worker import Worker
 from ragrank import __version__
 from ragrank.settings import Settings
+from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS
 from server.metrics import PROMETHEUS, instrument
@@ -66,8 +68,10 @@ def create_app(
         service: SearchService = state.search_service
         return service
 
+    keys = ApiKeys.from_settings(settings)  # a missing key file stops here, at start-up
     return Litestar(
         route_handlers=[*ROUTES, *DOCUMENT_ROUTES, PrometheusController],
+        guards=[api_key_guard(keys)],
         middleware=[PROMETHEUS.middleware],
         dependencies={
             "search_service": Provide(provide_search_service, sync_to_thread=False),
@@ -80,6 +84,8 @@ def create_app(
             version=__version__,
             description="Retrieval from Qdrant with cross-encoder reranking.",
             path="/schema",
+            components=Components(security_schemes=SECURITY_SCHEMES if keys.enabled else None),
+            security=[{name: []} for name in SECURITY_SCHEMES] if keys.enabled else None,
         ),
     )
 

@@ -9,10 +9,11 @@ from litestar.status_codes import HTTP_202_ACCEPTED
 
 from indexing.jobs import JobStore
 from ragrank.documents import Document
+from server.auth import WRITES
 from server.schemas import DocumentsRequest, JobAccepted, JobError, JobStatus
 
 
-@post("/v1/documents", status_code=HTTP_202_ACCEPTED, sync_to_thread=True)
+@post("/v1/documents", status_code=HTTP_202_ACCEPTED, sync_to_thread=True, opt={WRITES: True})
 def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
     """Queue documents for indexing; a document with an existing `id` replaces it."""
     documents = [
@@ -22,7 +23,12 @@ def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
     return JobAccepted(job_id=jobs.add_upsert(documents), state="queued")
 
 
-@delete("/v1/documents/{doc_id:str}", status_code=HTTP_202_ACCEPTED, sync_to_thread=True)
+@delete(
+    "/v1/documents/{doc_id:str}",
+    status_code=HTTP_202_ACCEPTED,
+    sync_to_thread=True,
+    opt={WRITES: True},
+)
 def delete_document(doc_id: str, jobs: JobStore) -> JobAccepted:
     """Queue the deletion of a document and all its chunks."""
     return JobAccepted(job_id=jobs.add_delete(doc_id), state="queued")

@@ -103,7 +103,7 @@ def _status(status: int) -> Callable[[Request[Any, Any, Any], RagrankError], Res
 
 def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-    return _error(exc.status_code, code, str(exc.detail))
+    return _error(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

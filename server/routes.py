@@ -14,6 +14,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
 from ragrank.errors import ClientDisconnectedError, InvalidRequestError
 from ragrank.models import relevance
+from server.auth import PUBLIC
 from server.schemas import (
     ApiVersion,
     BilledUnits,
@@ -199,13 +200,13 @@ async def embeddings(
     )
 
 
-@get("/health", tags=["operations"])
+@get("/health", tags=["operations"], opt={PUBLIC: True})
 async def health() -> Health:
     """Liveness: the process answers."""
     return Health(status="ok")
 
 
-@get("/ready", tags=["operations"])
+@get("/ready", tags=["operations"], opt={PUBLIC: True})
 async def ready(search_service: SearchService) -> Response[Readiness]:
     """Readiness: both batching engines running and Qdrant reachable with the collection in
     place; else 503."""
