@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ragrank import __version__
 from ragrank.errors import RagrankError
+from ragrank.logs import configure_logging
 from ragrank.settings import PRESETS, Settings
 
 DEMO_COLLECTION = "ragrank-demo"
@@ -29,12 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         command: Callable[[argparse.Namespace], int] = args.run
         run = partial(command, args)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # faiss announces at INFO which of its CPU builds it loaded.
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     try:
+        settings = Settings.from_env()
+        configure_logging(settings.log_format, settings.log_level)
         code: int = run()
     except RagrankError as exc:
         print(f"ragrank: error: {exc}", file=sys.stderr)
@@ -234,7 +232,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         # Only one process may open an embedded Qdrant folder: the API runs the worker then.
         app = create_app(settings, services=services, run_worker=settings.uses_embedded_qdrant)
-        uvicorn.run(app, host=settings.host, port=settings.port)
+        # Our middleware logs each request with its id; uvicorn keeps our log handlers.
+        uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)
     finally:
         services.store.close()
     return 0

@@ -16,6 +16,9 @@ ENV_PREFIX = "RAGRANK_"
 
 #: The batching policies of `server/batching.py`.
 BATCHINGS = ("sorted", "arrival", "request")
+#: `auto` writes JSON lines unless stderr is a terminal (see `ragrank/logs.py`).
+LOG_FORMATS = ("auto", "json", "text")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 DEFAULT_EMBED_MODEL = "intfloat/multilingual-e5-base"
 DEFAULT_RERANK_MODEL = "BAAI/bge-reranker-v2-m3"
@@ -94,6 +97,9 @@ class Settings:
     api_keys_file: Path | None = None
     readonly_api_keys_file: Path | None = None
 
+    log_format: str = "auto"
+    log_level: str = "INFO"
+
     host: str = "127.0.0.1"
     port: int = 8000
 
@@ -148,6 +154,8 @@ class Settings:
             "rerank_backend": ("torch", "int8"),
             "batching": BATCHINGS,
             "dtype": ("auto", "float32", "float16", "bfloat16"),
+            "log_format": LOG_FORMATS,
+            "log_level": LOG_LEVELS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -23,6 +23,7 @@ from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS
 from server.metrics import PROMETHEUS, instrument
+from server.request_log import request_id_middleware
 from server.routes import ROUTES
 from server.services import SearchService, Services
 
@@ -69,7 +70,7 @@ def create_app(
         return service
 
     keys = ApiKeys.from_settings(settings)  # a missing key file stops here, at start-up
-    return Litestar(
+    app = Litestar(
         route_handlers=[*ROUTES, *DOCUMENT_ROUTES, PrometheusController],
         guards=[api_key_guard(keys)],
         middleware=[PROMETHEUS.middleware],
@@ -78,6 +79,8 @@ def create_app(
             "jobs": Provide(provide_jobs, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
+        # Logging is the process's (ragrank/logs.py): Litestar must not configure its own.
+        logging_config=None,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="ragrank",
@@ -88,6 +91,10 @@ def create_app(
             security=[{name: []} for name in SECURITY_SCHEMES] if keys.enabled else None,
         ),
     )
+    # Outside the router, as Litestar's own OpenTelemetry plugin does, so that requests no route
+    # matches (404, 405) get an id and a log line too; app middleware only wraps routes.
+    app.asgi_handler = request_id_middleware(app.asgi_handler)
+    return app
 
 
 @contextmanager

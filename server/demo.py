@@ -51,7 +51,11 @@ def run_demo(settings: Settings, *, serve: bool, console: Console | None = None)
             import uvicorn
 
             uvicorn.run(
-                create_app(settings, services=services), host=settings.host, port=settings.port
+                create_app(settings, services=services),
+                host=settings.host,
+                port=settings.port,
+                log_config=None,
+                access_log=False,
             )
     finally:
         services.store.close()

@@ -30,6 +30,7 @@ from ragrank.errors import (
     RequestTimeoutError,
     StoreError,
 )
+from server.metrics import ERRORS
 from server.schemas import ErrorDetail, ErrorResponse
 
 log = logging.getLogger("ragrank.server")
@@ -54,6 +55,7 @@ def _error(
     field: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response[Any]:
+    ERRORS.labels(status=str(status), code=code).inc()
     body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
     return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar.plugins.prometheus import PrometheusConfig
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from server.batching import BatchEngine, BatchStats
 
@@ -43,6 +43,9 @@ FORWARD_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 QUEUE_DEPTH = Gauge("ragrank_queue_depth", "Items waiting for a forward pass", _ENGINE)
+ERRORS = Counter(
+    "ragrank_errors_total", "Error responses by HTTP status and error code", ["status", "code"]
+)
 
 
 def observe(stats: BatchStats) -> None:
