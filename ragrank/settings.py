@@ -90,6 +90,9 @@ class Settings:
     watch: str = ""
     watch_interval_s: int = 30
 
+    #: The largest request body the server reads; a larger one is answered 413 unread.
+    max_request_bytes: int = 16 * 1024 * 1024
+
     #: API keys (comma-separated, and/or one per line in a file). With none, the API is open;
     #: with any, every route but /health and /ready needs one. Read-only keys cannot ingest.
     api_keys: str = field(default="", repr=False)
@@ -126,6 +129,7 @@ class Settings:
             "qdrant_shard_number",
             "qdrant_replication_factor",
             "qdrant_write_consistency_factor",
+            "max_request_bytes",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")

@@ -13,7 +13,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components
-from litestar.plugins.prometheus import PrometheusController
+from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
 from indexing.jobs import JobStore
 from indexing.worker import Worker
@@ -21,11 +21,13 @@ from ragrank import __version__
 from ragrank.settings import Settings
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.documents import DOCUMENT_ROUTES
-from server.errors import EXCEPTION_HANDLERS
-from server.metrics import PROMETHEUS, instrument
+from server.errors import EXCEPTION_HANDLERS, body_too_large
+from server.metrics import PROMETHEUS, MetricsController, instrument
 from server.request_log import request_id_middleware
 from server.routes import ROUTES
+from server.schemas import complete_request_schemas
 from server.services import SearchService, Services
+from server.strict import strict_body
 
 
 def create_app(
@@ -71,14 +73,19 @@ def create_app(
 
     keys = ApiKeys.from_settings(settings)  # a missing key file stops here, at start-up
     app = Litestar(
-        route_handlers=[*ROUTES, *DOCUMENT_ROUTES, PrometheusController],
+        route_handlers=[*ROUTES, *DOCUMENT_ROUTES, MetricsController],
         guards=[api_key_guard(keys)],
+        before_request=strict_body,
         middleware=[PROMETHEUS.middleware],
         dependencies={
             "search_service": Provide(provide_search_service, sync_to_thread=False),
             "jobs": Provide(provide_jobs, sync_to_thread=False),
         },
-        exception_handlers=EXCEPTION_HANDLERS,
+        exception_handlers={
+            **EXCEPTION_HANDLERS,
+            HTTP_413_REQUEST_ENTITY_TOO_LARGE: body_too_large(settings.max_request_bytes),
+        },
+        request_max_body_size=settings.max_request_bytes,
         # Logging is the process's (ragrank/logs.py): Litestar must not configure its own.
         logging_config=None,
         lifespan=[lifespan],
@@ -94,6 +101,7 @@ def create_app(
     # Outside the router, as Litestar's own OpenTelemetry plugin does, so that requests no route
     # matches (404, 405) get an id and a log line too; app middleware only wraps routes.
     app.asgi_handler = request_id_middleware(app.asgi_handler)
+    complete_request_schemas(app.openapi_schema)  # built once here; the schema route serves it
     return app
 
 

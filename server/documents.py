@@ -10,10 +10,22 @@ from litestar.status_codes import HTTP_202_ACCEPTED
 from indexing.jobs import JobStore
 from ragrank.documents import Document
 from server.auth import WRITES
-from server.schemas import DocumentsRequest, JobAccepted, JobError, JobStatus
+from server.schemas import (
+    DocumentsRequest,
+    JobAccepted,
+    JobError,
+    JobStatus,
+    error_responses,
+)
 
 
-@post("/v1/documents", status_code=HTTP_202_ACCEPTED, sync_to_thread=True, opt={WRITES: True})
+@post(
+    "/v1/documents",
+    status_code=HTTP_202_ACCEPTED,
+    sync_to_thread=True,
+    opt={WRITES: True},
+    responses=error_responses(400, 401, 403, 413, 500),
+)
 def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
     """Queue documents for indexing; a document with an existing `id` replaces it."""
     documents = [
@@ -28,13 +40,14 @@ def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
     status_code=HTTP_202_ACCEPTED,
     sync_to_thread=True,
     opt={WRITES: True},
+    responses=error_responses(400, 401, 403, 500),
 )
 def delete_document(doc_id: str, jobs: JobStore) -> JobAccepted:
     """Queue the deletion of a document and all its chunks."""
     return JobAccepted(job_id=jobs.add_delete(doc_id), state="queued")
 
 
-@get("/v1/jobs/{job_id:str}", sync_to_thread=True)
+@get("/v1/jobs/{job_id:str}", sync_to_thread=True, responses=error_responses(400, 401, 404, 500))
 def job_status(job_id: str, jobs: JobStore) -> JobStatus:
     job = jobs.get(job_id)
     if job is None:

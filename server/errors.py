@@ -31,7 +31,7 @@ from ragrank.errors import (
     StoreError,
 )
 from server.metrics import ERRORS
-from server.schemas import ErrorDetail, ErrorResponse
+from server.schemas import NON_BLANK, ErrorDetail, ErrorResponse
 
 log = logging.getLogger("ragrank.server")
 
@@ -71,6 +71,7 @@ def validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Res
         named = _NAMED_FIELD.search(message)
         field = named.group(1) if named else ""
     field = field.removesuffix("[...]")
+    message = message.replace(f"matching regex {NON_BLANK!r}", "with some non-whitespace text")
     if field:
         message = f"{field}: {message}"
     return _error(HTTP_400_BAD_REQUEST, "invalid_request", message, field or None)
@@ -106,6 +107,19 @@ def _status(status: int) -> Callable[[Request[Any, Any, Any], RagrankError], Res
 def http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
     return _error(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+def body_too_large(limit: int) -> Callable[[Request[Any, Any, Any], Exception], Response[Any]]:
+    """413 for a request body over `limit` bytes, naming the limit and its setting."""
+
+    def handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+        return _error(
+            HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            "payload_too_large",
+            f"the request body is over {limit:,} bytes (RAGRANK_MAX_REQUEST_BYTES)",
+        )
+
+    return handler
 
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar.plugins.prometheus import PrometheusConfig
+from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from prometheus_client import Counter, Gauge, Histogram
 
 from server.batching import BatchEngine, BatchStats
@@ -66,3 +66,10 @@ def instrument(engine: BatchEngine[Any, Any]) -> None:
 PROMETHEUS = PrometheusConfig(
     app_name="ragrank", prefix="ragrank_http", group_path=True, exclude=["/metrics"]
 )
+
+
+class MetricsController(PrometheusController):
+    """`GET /metrics` in Prometheus's text format; an operations endpoint, so it stays out of the
+    API's OpenAPI schema (which describes JSON)."""
+
+    include_in_schema = False

@@ -10,12 +10,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 from litestar import Request, Response, get, post
+from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
-from ragrank.errors import ClientDisconnectedError, InvalidRequestError
+from ragrank.errors import ClientDisconnectedError
 from ragrank.models import relevance
 from server.auth import PUBLIC
 from server.schemas import (
+    MODEL_ERRORS,
     ApiVersion,
     BilledUnits,
     Embedding,
@@ -64,27 +66,17 @@ async def _unless_disconnected(
     return task.result()
 
 
-def _require_text(query: str) -> None:
-    if not query.strip():
-        raise InvalidRequestError("query must contain non-whitespace text", field="query")
-
-
-@post("/v1/search", status_code=HTTP_200_OK, tags=["search"])
+@post("/v1/search", status_code=HTTP_200_OK, tags=["search"], responses=MODEL_ERRORS)
 async def search(
     data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> SearchResponse:
     """Retrieve the `candidates` nearest chunks by cosine, rerank them, and return `top_k`."""
-    _require_text(data.query)
-    if data.top_k > data.candidates:
-        raise InvalidRequestError(
-            f"top_k ({data.top_k}) must not exceed candidates ({data.candidates})", field="top_k"
-        )
     outcome = await _unless_disconnected(
         request,
         search_service.search(
             data.query,
             top_k=data.top_k,
-            candidates=data.candidates,
+            candidates=max(data.candidates, data.top_k),
             rerank=data.rerank,
             where=data.filter,
         ),
@@ -118,7 +110,6 @@ async def _ranked(
     max_tokens_per_doc: int | None = None,
 ) -> tuple[list[tuple[int, float]], int]:
     """(document index, score) best first, and the tokens the reranker read."""
-    _require_text(query)
     outcome = await _unless_disconnected(
         request, search_service.rerank(query, texts, max_tokens_per_doc)
     )
@@ -128,7 +119,9 @@ async def _ranked(
     return [(int(i), float(scores[i])) for i in order], outcome.tokens
 
 
-@post(["/v1/rerank", "/v2/rerank"], status_code=HTTP_200_OK, tags=["rerank"])
+@post(
+    ["/v1/rerank", "/v2/rerank"], status_code=HTTP_200_OK, tags=["rerank"], responses=MODEL_ERRORS
+)
 async def rerank(
     data: RerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> RerankResponse:
@@ -160,7 +153,7 @@ async def rerank(
     )
 
 
-@post("/rerank", status_code=HTTP_200_OK, tags=["rerank"])
+@post("/rerank", status_code=HTTP_200_OK, tags=["rerank"], responses=MODEL_ERRORS)
 async def rerank_tei(
     data: TeiRerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> list[TeiRank]:
@@ -174,7 +167,7 @@ async def rerank_tei(
     ]
 
 
-@post("/v1/embeddings", status_code=HTTP_200_OK, tags=["embeddings"])
+@post("/v1/embeddings", status_code=HTTP_200_OK, tags=["embeddings"], responses=MODEL_ERRORS)
 async def embeddings(
     data: EmbeddingsRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> EmbeddingsResponse:
@@ -206,7 +199,12 @@ async def health() -> Health:
     return Health(status="ok")
 
 
-@get("/ready", tags=["operations"], opt={PUBLIC: True})
+@get(
+    "/ready",
+    tags=["operations"],
+    opt={PUBLIC: True},
+    responses={503: ResponseSpec(Readiness, description="Not ready: what is missing.")},
+)
 async def ready(search_service: SearchService) -> Response[Readiness]:
     """Readiness: both batching engines running and Qdrant reachable with the collection in
     place; else 503."""

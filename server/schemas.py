@@ -4,14 +4,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import msgspec
+from litestar.openapi import ResponseSpec
+from litestar.openapi.spec import OpenAPI, OpenAPIType, Schema
 from msgspec import Meta, Struct
 
 MAX_QUERY_CHARS = 2_000
+#: A query must hold some non-whitespace text (a JSON Schema pattern is a search, not a match).
+#: The whitespace is spelled out, not `\S`: Python's and JavaScript's `\s` differ (\x1c-\x1f,
+#: \x85, \ufeff), and both the server and clients must read the pattern the same way.
+NON_BLANK = (
+    r"[^\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+)
 MAX_TOP_K = 100
 MAX_CANDIDATES = 500
 MAX_FILTER_KEYS = 16
 
-FilterKey = Annotated[str, Meta(min_length=1, max_length=128)]
+MetadataKey = Annotated[str, Meta(min_length=1, max_length=128)]
+#: Filter keys become Qdrant payload paths (`metadata.<key>`), which take plain names only.
+FilterKey = Annotated[
+    str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
+]
 FilterValue = str | int | float | bool
 
 
@@ -20,14 +33,21 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     query: Annotated[
         str,
-        Meta(min_length=1, max_length=MAX_QUERY_CHARS, description="The search text."),
+        Meta(
+            min_length=1,
+            max_length=MAX_QUERY_CHARS,
+            pattern=NON_BLANK,
+            description="The search text.",
+        ),
     ]
-    top_k: Annotated[
-        int, Meta(ge=1, le=MAX_TOP_K, description="Results to return; at most `candidates`.")
-    ] = 10
+    top_k: Annotated[int, Meta(ge=1, le=MAX_TOP_K, description="Results to return.")] = 10
     candidates: Annotated[
         int,
-        Meta(ge=1, le=MAX_CANDIDATES, description="Chunks retrieved by cosine before reranking."),
+        Meta(
+            ge=1,
+            le=MAX_CANDIDATES,
+            description="Chunks retrieved by cosine before reranking (raised to `top_k` if below).",
+        ),
     ] = 50
     rerank: Annotated[
         bool, Meta(description="Rerank with the cross-encoder; false returns cosine order.")
@@ -97,13 +117,39 @@ class ErrorResponse(Struct, frozen=True, kw_only=True):
     error: ErrorDetail
 
 
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI entries for the error answers a route can give, all `ErrorResponse`."""
+    return {
+        status: ResponseSpec(data_container=ErrorResponse, description=ERROR_DESCRIPTIONS[status])
+        for status in statuses
+    }
+
+
+ERROR_DESCRIPTIONS = {
+    400: "A field breaks a limit or a type: the error names the field and the limit.",
+    401: "An API key is configured and the request carries no valid one.",
+    403: "The API key is read-only and the route writes.",
+    404: "No such job.",
+    413: "The body is over the server's size limit, or an input is too large for the device.",
+    429: "The model's queue is full; retry after `Retry-After` seconds.",
+    500: "An unexpected failure; the body holds no internals.",
+    503: "Qdrant or a model is unavailable.",
+    504: "The request waited longer than the server's request timeout.",
+}
+#: What every route that runs a model can answer besides 200.
+MODEL_ERRORS = error_responses(400, 401, 413, 429, 500, 503, 504)
+
+
 MAX_RERANK_DOCUMENTS = 1_000
 MAX_DOCUMENT_CHARS = 100_000
 MAX_TOKENS_PER_DOC = 32_768
 
 DocumentText = Annotated[str, Meta(max_length=MAX_DOCUMENT_CHARS)]
 QueryText = Annotated[
-    str, Meta(min_length=1, max_length=MAX_QUERY_CHARS, description="The search text.")
+    str,
+    Meta(
+        min_length=1, max_length=MAX_QUERY_CHARS, pattern=NON_BLANK, description="The search text."
+    ),
 ]
 
 
@@ -236,7 +282,7 @@ class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     id: Annotated[str, Meta(min_length=1, max_length=MAX_DOC_ID_CHARS)]
     text: Annotated[str, Meta(max_length=MAX_DOCUMENT_CHARS)]
     title: Annotated[str, Meta(max_length=MAX_QUERY_CHARS)] = ""
-    metadata: Annotated[dict[FilterKey, Any], Meta(max_length=64)] = {}
+    metadata: Annotated[dict[MetadataKey, Any], Meta(max_length=64)] = {}
 
 
 class DocumentsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -264,3 +310,85 @@ class JobStatus(Struct, frozen=True, kw_only=True):
     errors: list[JobError]
     created_at: float
     updated_at: float
+
+
+def complete_request_schemas(openapi: OpenAPI) -> None:
+    """Say in the OpenAPI schema all that the decoder enforces on request bodies, so clients and
+    fuzzers see the real contract. Litestar's schema generation drops what msgspec's own JSON
+    schema keeps: no unknown fields (a typo such as `topk` is a 400, not ignored), and the
+    limits on objects' keys (`propertyNames`, `maxProperties`), e.g. of `filter`. And a union
+    such as `str | int | float` is `anyOf`, not `oneOf`: 5 is both an integer and a number."""
+    schemas = openapi.components.schemas if openapi.components else None
+    for name, kind in globals().items():
+        if not (
+            schemas
+            and name in schemas
+            and isinstance(kind, type)
+            and issubclass(kind, Struct)
+            and kind.__struct_config__.forbid_unknown_fields
+        ):
+            continue
+        component = schemas[name]
+        exact = msgspec.json.schema(kind)["$defs"][name]
+        if isinstance(component, Schema):
+            _any_of_for_unions(component)
+            component.additional_properties = False
+            for field, rules in exact["properties"].items():
+                target = (component.properties or {}).get(field)
+                if isinstance(target, Schema):
+                    _copy_limits(rules, target)
+
+
+def _any_of_for_unions(schema: Schema) -> None:
+    if schema.one_of:
+        schema.any_of, schema.one_of = schema.one_of, None
+    children = [
+        *(schema.any_of or []),
+        *(schema.properties or {}).values(),
+        schema.items,
+        schema.additional_properties,
+    ]
+    for child in children:
+        if isinstance(child, Schema):
+            _any_of_for_unions(child)
+
+
+#: msgspec's JSON-schema limits and the Litestar `Schema` attributes that hold them.
+_LIMITS = {
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "pattern": "pattern",
+    "minItems": "min_items",
+    "maxItems": "max_items",
+    "minimum": "minimum",
+    "maximum": "maximum",
+    "maxProperties": "max_properties",
+}
+
+
+def _copy_limits(rules: dict[str, Any], target: Schema) -> None:
+    """Copy msgspec's limits into Litestar's schema of the same value, alternatives of a union
+    matched by their JSON type."""
+    for alternative in rules.get("anyOf", []):
+        for candidate in target.any_of or []:
+            if isinstance(candidate, Schema) and _same_type(alternative, candidate):
+                _copy_limits(alternative, candidate)
+    if "type" not in rules or not _same_type(rules, target):
+        return
+    for key, attribute in _LIMITS.items():
+        if key in rules:
+            setattr(target, attribute, rules[key])
+    keys = rules.get("propertyNames")
+    if keys:
+        target.property_names = Schema(
+            min_length=keys.get("minLength"),
+            max_length=keys.get("maxLength"),
+            pattern=keys.get("pattern"),
+        )
+    if isinstance(rules.get("items"), dict) and isinstance(target.items, Schema):
+        _copy_limits(rules["items"], target.items)
+
+
+def _same_type(rules: dict[str, Any], target: Schema) -> bool:
+    kind = target.type.value if isinstance(target.type, OpenAPIType) else None
+    return rules.get("type") == kind
