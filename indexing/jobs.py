@@ -111,6 +111,14 @@ class JobStore:
                 ),
             )
 
+    def release(self, job_id: str) -> None:
+        """Put a running job back in the queue, untouched, to be run again later."""
+        with self._connect() as db:
+            db.execute(
+                "UPDATE jobs SET state = 'queued', updated = ? WHERE id = ? AND state = 'running'",
+                (time.time(), job_id),
+            )
+
     def requeue_running(self) -> int:
         """Put back jobs a dead worker left running (each job is an idempotent sync)."""
         with self._connect() as db:

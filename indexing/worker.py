@@ -14,6 +14,7 @@ from indexing.jobs import Job, JobStore
 from indexing.pipeline import Indexer, IndexSummary
 from indexing.sources import read_documents
 from ragrank.documents import Document
+from ragrank.errors import StoreUnreachableError
 from ragrank.models import Embedder
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
@@ -31,7 +32,12 @@ class Worker:
     watch: Sequence[Path] = ()
     watch_interval_s: float = 30.0
     poll_s: float = 1.0
+    #: While Qdrant is unreachable, jobs wait in the queue; the pause doubles up to the cap.
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 60.0
     _last_sweep: float = field(default=float("-inf"), init=False)
+    _retry_s: float = field(default=0.0, init=False)
+    _paused_until: float = field(default=float("-inf"), init=False)
 
     @classmethod
     def from_settings(
@@ -58,9 +64,12 @@ class Worker:
         """Run every queued job, and sweep the watched folders when due. Whether it did
         anything."""
         worked = False
+        if time.monotonic() < self._paused_until:
+            return False
         while (job := self.jobs.claim()) is not None:
-            self.run_job(job)
             worked = True
+            if not self.run_job(job):
+                return worked
         if self.watch and time.monotonic() - self._last_sweep >= self.watch_interval_s:
             self._last_sweep = time.monotonic()
             for folder in self.watch:
@@ -83,16 +92,32 @@ class Worker:
             log.info("worker: %s: %s", folder, summary)
         return summary
 
-    def run_job(self, job: Job) -> None:
+    def run_job(self, job: Job) -> bool:
+        """Run `job` to its end, or, if Qdrant cannot be reached, put it back in the queue and
+        pause the worker (a job is never marked done before its writes landed). Whether it
+        ended."""
         try:
             if job.kind == "delete":
                 counts, errors = self._delete(str(job.payload["doc_id"]))
             else:
                 counts, errors = self._upsert(job.documents())
+        except StoreUnreachableError as exc:
+            self.jobs.release(job.id)
+            self._retry_s = min(max(self._retry_s * 2, self.retry_initial_s), self.retry_max_s)
+            self._paused_until = time.monotonic() + self._retry_s
+            log.warning(
+                "worker: Qdrant unreachable (%s); job %s queued again, retrying in %.0f s",
+                exc,
+                job.id,
+                self._retry_s,
+            )
+            return False
         except Exception as exc:  # the job fails; the worker carries on
             log.exception("worker: job %s failed", job.id)
             counts, errors = {}, [{"doc_id": "", "error": f"{type(exc).__name__}: {exc}"}]
+        self._retry_s = 0.0
         self.jobs.finish(job.id, counts, errors)
+        return True
 
     def _upsert(self, documents: list[Document]) -> tuple[dict[str, int], list[Mapping[str, str]]]:
         """Index the batch; if that fails, index its documents one by one so that one bad
@@ -101,11 +126,15 @@ class Worker:
         errors: list[Mapping[str, str]] = []
         try:
             parts = [self.indexer.index(documents, origin=API_ORIGIN, progress=False)]
+        except StoreUnreachableError:
+            raise  # not the documents' fault: the whole job waits for Qdrant
         except Exception:
             parts = []
             for document in documents:
                 try:
                     parts.append(self.indexer.index([document], origin=API_ORIGIN, progress=False))
+                except StoreUnreachableError:
+                    raise
                 except Exception as exc:
                     totals["failed"] += 1
                     error = f"{type(exc).__name__}: {exc}"

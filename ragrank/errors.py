@@ -27,6 +27,11 @@ class StoreError(RagrankError):
     code = "store_unavailable"
 
 
+class StoreUnreachableError(StoreError):
+    """Qdrant did not answer, or answered that it is overloaded or failing (5xx, 429): worth
+    retrying, unlike a refusal of the operation itself."""
+
+
 class CollectionMismatchError(StoreError):
     """The collection exists with another vector size or distance than the model needs."""
 

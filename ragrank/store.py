@@ -9,11 +9,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import numpy as np
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from ragrank.documents import Candidate, Chunk, MetadataValue
-from ragrank.errors import CollectionMismatchError, StoreError
+from ragrank.errors import CollectionMismatchError, StoreError, StoreUnreachableError
 from ragrank.settings import Settings, env_name
 
 #: Fixed namespace so that point ids are the same on every machine and in every run.
@@ -303,7 +305,15 @@ class QdrantStore:
             try:
                 return method(*args, **kwargs)
             except Exception as exc:
-                raise StoreError(f"Qdrant call {method.__name__} failed: {exc}") from exc
+                error = StoreUnreachableError if _transient(exc) else StoreError
+                raise error(f"Qdrant call {method.__name__} failed: {exc}") from exc
+
+
+def _transient(exc: Exception) -> bool:
+    """Whether a failed call may succeed later: no connection, a timeout, or 5xx/429."""
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code is None or exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, (ResponseHandlingException, httpx.TransportError, OSError))
 
 
 def _doc_ids_filter(doc_ids: Sequence[str]) -> models.Filter:

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pytest
 from litestar.testing import AsyncTestClient
 
 from indexing import Chunker, Indexer
 from indexing.jobs import JobStore
 from indexing.worker import Worker
 from ragrank.documents import Document
+from ragrank.errors import StoreError, StoreUnreachableError
 from ragrank.settings import Settings
 from server import create_app
 from server.schemas import MAX_DOCUMENTS_PER_JOB
@@ -134,6 +137,50 @@ async def test_document_limits_answer_400_naming_the_field(fake_services, tmp_pa
         response = await client.post("/v1/documents", json={"documents": [{"id": "", "text": ""}]})
         assert response.status_code == 400
         assert "id" in response.json()["error"]["field"]
+
+
+def test_a_job_waits_for_an_unreachable_qdrant_and_is_never_done_before_it_lands(
+    fake_services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    store = fake_services.store
+    upsert, outages = store.upsert, [2]
+
+    def flaky_upsert(*args: object, **kwargs: object) -> None:
+        if outages[0]:
+            outages[0] -= 1
+            raise StoreUnreachableError("Qdrant call upsert failed: connection refused")
+        upsert(*args, **kwargs)
+
+    monkeypatch.setattr(store, "upsert", flaky_upsert)
+    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    worker = _worker(fake_services, jobs, retry_initial_s=0.05, retry_max_s=0.08)
+    job_id = jobs.add_upsert([Document(doc_id=f"d{i}", text=f"text {i}") for i in range(2)])
+    pauses = []
+    for _ in range(2):  # two outages: the job goes back to the queue each time
+        assert worker.run_once()
+        assert jobs.get(job_id).state == "queued"  # type: ignore[union-attr]
+        pauses.append(worker._retry_s)
+        assert not worker.run_once()  # paused: nothing claimed
+        time.sleep(worker._retry_s + 0.01)
+    assert pauses == [0.05, 0.08]  # doubled, up to the cap
+    assert worker.run_once()
+    job = jobs.get(job_id)
+    assert job is not None and job.state == "done" and job.counts["new"] == 2
+    assert store.count() > 0 and worker._retry_s == 0.0
+
+
+def test_a_refusal_by_qdrant_is_not_retried_but_fails_the_document(
+    fake_services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise StoreError("Qdrant call upsert failed: bad request")
+
+    monkeypatch.setattr(fake_services.store, "upsert", refuse)
+    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    job_id = jobs.add_upsert([Document(doc_id="d", text="text")])
+    assert _worker(fake_services, jobs).run_once()
+    job = jobs.get(job_id)
+    assert job is not None and job.state == "failed" and "bad request" in job.errors[0]["error"]
 
 
 def test_one_bad_document_fails_alone_with_its_error(fake_services: Services, tmp_path: Path):

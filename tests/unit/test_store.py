@@ -2,12 +2,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from qdrant_client import QdrantClient, models
 
 from ragrank.documents import Chunk
-from ragrank.errors import CollectionMismatchError, SettingsError, StoreError
+from ragrank.errors import (
+    CollectionMismatchError,
+    SettingsError,
+    StoreError,
+    StoreUnreachableError,
+)
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore, point_id
 
@@ -255,3 +261,28 @@ def test_a_remote_server_gets_the_api_key_on_every_request():
     finally:
         server.shutdown()
     assert seen == [("/collections/docs/exists", "s3cret")]
+
+
+def test_failures_worth_retrying_are_told_apart_from_refusals():
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    def failing(exc: Exception):
+        def call() -> None:
+            raise exc
+
+        return call
+
+    store = QdrantStore(QdrantClient(":memory:"), "c")
+    transient = [
+        ResponseHandlingException(ConnectionRefusedError("refused")),
+        UnexpectedResponse(503, "Service Unavailable", b"", httpx.Headers()),
+        UnexpectedResponse(429, "Too Many Requests", b"", httpx.Headers()),
+        ConnectionResetError("reset"),
+    ]
+    for exc in transient:
+        with pytest.raises(StoreUnreachableError):
+            store._call(failing(exc))
+    for exc in (UnexpectedResponse(400, "Bad Request", b"", httpx.Headers()), ValueError("x")):
+        with pytest.raises(StoreError) as raised:
+            store._call(failing(exc))
+        assert not isinstance(raised.value, StoreUnreachableError)
