@@ -43,6 +43,11 @@ FORWARD_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 QUEUE_DEPTH = Gauge("ragrank_queue_depth", "Items waiting for a forward pass", _ENGINE)
+RERANK_FALLBACKS = Counter(
+    "ragrank_rerank_fallbacks_total",
+    "Searches with rerank=auto answered in cosine order, by the reranker's error code",
+    ["code"],
+)
 ERRORS = Counter(
     "ragrank_errors_total", "Error responses by HTTP status and error code", ["status", "code"]
 )

@@ -97,6 +97,7 @@ async def search(
         ],
         reranked=outcome.reranked,
         timings_ms=Timings(**outcome.timings_ms),
+        rerank_error=outcome.rerank_error,
     )
 
 

@@ -50,7 +50,12 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         ),
     ] = 50
     rerank: Annotated[
-        bool, Meta(description="Rerank with the cross-encoder; false returns cosine order.")
+        bool | Literal["auto"],
+        Meta(
+            description="Rerank with the cross-encoder; false returns cosine order; `auto` "
+            "reranks when the reranker can and otherwise returns cosine order with "
+            "`rerank_error` saying why."
+        ),
     ] = True
     filter: (
         Annotated[
@@ -92,6 +97,10 @@ class SearchResponse(Struct, frozen=True, kw_only=True):
     results: list[SearchHit]
     reranked: bool
     timings_ms: Timings
+    rerank_error: Annotated[
+        str | None,
+        Meta(description="With `rerank: auto`, why the results are in cosine order."),
+    ] = None
 
 
 class Health(Struct, frozen=True, kw_only=True):

@@ -4,18 +4,26 @@ dedicated threads so the event loop never blocks on torch or Qdrant."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Literal, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ragrank.device import batch_limits, resolve_placement
 from ragrank.documents import Candidate, MetadataValue
+from ragrank.errors import (
+    EngineUnavailableError,
+    ItemTooLargeError,
+    ModelError,
+    QueueFullError,
+    RequestTimeoutError,
+)
 from ragrank.models import (
     CrossEncoderScorer,
     Embedder,
@@ -27,6 +35,19 @@ from ragrank.models import (
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
 from server.batching import BatchEngine, BatchPolicy, EngineLimits
+from server.metrics import RERANK_FALLBACKS
+
+log = logging.getLogger(__name__)
+
+#: What `rerank="auto"` answers with cosine order instead of an error: the reranker is full,
+#: dead, too slow, or failed on this input.
+RERANK_FAILURES = (
+    QueueFullError,
+    EngineUnavailableError,
+    RequestTimeoutError,
+    ItemTooLargeError,
+    ModelError,
+)
 
 _Result = TypeVar("_Result")
 Vector = NDArray[np.float32]
@@ -79,6 +100,8 @@ class SearchOutcome:
     hits: list[ScoredHit]
     reranked: bool
     timings_ms: dict[str, float]
+    #: Why the hits are in cosine order though `rerank="auto"` asked for reranking.
+    rerank_error: str | None = None
 
 
 class SearchService:
@@ -135,9 +158,11 @@ class SearchService:
         *,
         top_k: int,
         candidates: int,
-        rerank: bool,
+        rerank: bool | Literal["auto"],
         where: Mapping[str, MetadataValue] | None = None,
     ) -> SearchOutcome:
+        """`rerank="auto"` reranks when the reranker can, and otherwise returns cosine order and
+        says why (`rerank_error`) instead of failing the request."""
         store = self.services.store
         started = time.perf_counter()
         prefixed = self.services.embedder.query_prefix + query
@@ -145,18 +170,27 @@ class SearchService:
         embedded = time.perf_counter()
         retrieved = await self._in_store_thread(lambda: store.search(vector, candidates, where))
         fetched = time.perf_counter()
+        hits = [ScoredHit(c, c.retrieval_score) for c in retrieved]
+        rerank_error = None
         if rerank and retrieved:
-            reranked = await self.rerank(query, [c.chunk.passage for c in retrieved])
-            scores = relevance(np.asarray(reranked.logits, dtype=np.float32))
-            hits = [ScoredHit(c, float(s)) for c, s in zip(retrieved, scores, strict=True)]
-            # A stable sort keeps cosine order among equal rerank scores.
-            hits.sort(key=lambda hit: hit.score, reverse=True)
-        else:
-            hits = [ScoredHit(c, c.retrieval_score) for c in retrieved]
+            try:
+                reranked = await self.rerank(query, [c.chunk.passage for c in retrieved])
+            except RERANK_FAILURES as exc:
+                if rerank != "auto":
+                    raise
+                rerank_error = f"{exc.code}: {exc}"
+                RERANK_FALLBACKS.labels(code=exc.code).inc()
+                log.warning("reranking skipped, cosine order returned: %s", rerank_error)
+            else:
+                scores = relevance(np.asarray(reranked.logits, dtype=np.float32))
+                hits = [ScoredHit(c, float(s)) for c, s in zip(retrieved, scores, strict=True)]
+                # A stable sort keeps cosine order among equal rerank scores.
+                hits.sort(key=lambda hit: hit.score, reverse=True)
         finished = time.perf_counter()
         return SearchOutcome(
             hits=hits[:top_k],
-            reranked=rerank,
+            reranked=bool(rerank) and rerank_error is None,
+            rerank_error=rerank_error,
             timings_ms={
                 "embed": (embedded - started) * 1000,
                 "retrieve": (fetched - embedded) * 1000,

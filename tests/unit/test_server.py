@@ -63,7 +63,8 @@ async def test_no_scorer_call_without_rerank(client, indexed_services):
         ({"query": "x", "top_k": 0}, "top_k", ">= 1"),
         ({"query": "x", "top_k": 101, "candidates": 200}, "top_k", "<= 100"),
         ({"query": "x", "candidates": 501}, "candidates", "<= 500"),
-        ({"query": "x", "rerank": "yes"}, "rerank", "Expected `bool`"),
+        ({"query": "x", "rerank": "yes"}, "rerank", "Invalid enum value"),
+        ({"query": "x", "rerank": 1}, "rerank", "Expected `bool | str`"),
         ({"query": "x", "filter": {"": "a"}}, "filter", "length >= 1"),
         ({"query": "x", "filter": {"k": [1]}}, "filter", "Expected"),
         ({"query": "x", "filter": {f"k{i}": 1 for i in range(17)}}, "filter", "length <= 16"),
@@ -216,6 +217,37 @@ async def test_a_dead_reranker_means_503_and_not_ready(indexed_services):
             await client.post("/v1/search", json={"query": "x", "rerank": False})
         ).status_code == 200
         assert (await client.post("/v1/search", json={"query": "x"})).status_code == 503
+
+
+class FailingScorer(FakeScorer):
+    """Fails on every batch, as a model that raises on some input would."""
+
+    def score_pairs(self, pairs):
+        raise ValueError("/secret/path: kernel failed")
+
+
+async def test_rerank_auto_falls_back_to_cosine_order_and_says_why(indexed_services):
+    for scorer, code in ((DyingScorer(), "engine_unavailable"), (FailingScorer(), "model_error")):
+        services = _with_scorer(indexed_services, scorer)
+        async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
+            body = {"query": "river", "top_k": 5, "candidates": 10}
+            cosine = (await client.post("/v1/search", json={**body, "rerank": False})).json()
+            auto = await client.post("/v1/search", json={**body, "rerank": "auto"})
+            assert auto.status_code == 200, auto.text
+            answer = auto.json()
+            assert answer["reranked"] is False
+            assert answer["rerank_error"].startswith(code) and "secret" not in auto.text
+            assert answer["results"] == cosine["results"]
+            assert cosine["rerank_error"] is None
+            metrics = (await client.get("/metrics")).text
+            assert f'ragrank_rerank_fallbacks_total{{code="{code}"}}' in metrics
+            strict = await client.post("/v1/search", json={**body, "rerank": True})
+            assert strict.status_code in (500, 503) and strict.json()["error"]["code"] == code
+
+
+async def test_rerank_auto_reranks_when_the_reranker_works(client, indexed_services):
+    answer = (await client.post("/v1/search", json={"query": "river", "rerank": "auto"})).json()
+    assert answer["reranked"] is True and answer["rerank_error"] is None
 
 
 class GatedScorer(FakeScorer):
