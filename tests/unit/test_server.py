@@ -13,6 +13,7 @@ import httpx
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from qdrant_client.http.exceptions import ResponseHandlingException
 
 from ragrank.errors import ModelFailedError
 from ragrank.settings import Settings
@@ -248,6 +249,41 @@ async def test_rerank_auto_falls_back_to_cosine_order_and_says_why(indexed_servi
 async def test_rerank_auto_reranks_when_the_reranker_works(client, indexed_services):
     answer = (await client.post("/v1/search", json={"query": "river", "rerank": "auto"})).json()
     assert answer["reranked"] is True and answer["rerank_error"] is None
+
+
+class Outage:
+    """A Qdrant client that, while `down`, fails every call as a refused connection does."""
+
+    def __init__(self, client: object) -> None:
+        self.client, self.down = client, False
+
+    def __getattr__(self, name: str) -> object:
+        attribute = getattr(self.client, name)
+        if not (self.down and callable(attribute)):
+            return attribute
+
+        def refused(*args: object, **kwargs: object) -> None:
+            raise ResponseHandlingException(ConnectionRefusedError("connection refused"))
+
+        return refused
+
+
+async def test_search_recovers_by_itself_when_qdrant_returns(indexed_services, monkeypatch):
+    outage = Outage(indexed_services.store._client)
+    monkeypatch.setattr(indexed_services.store, "_client", outage)
+    async with AsyncTestClient(app=create_app(Settings(), services=indexed_services)) as client:
+        body = {"query": "river", "rerank": False}
+        assert (await client.post("/v1/search", json=body)).status_code == 200
+        outage.down = True
+        failed = await client.post("/v1/search", json=body)
+        assert failed.status_code == 503
+        assert failed.json()["error"]["code"] == "store_unavailable"
+        assert "Qdrant" in failed.json()["error"]["message"]
+        ready = await client.get("/ready")
+        assert ready.status_code == 503 and ready.json()["store"] is False
+        outage.down = False  # Qdrant is back: no restart, no reconnect call
+        assert (await client.post("/v1/search", json=body)).status_code == 200
+        assert (await client.get("/ready")).status_code == 200
 
 
 class GatedScorer(FakeScorer):
