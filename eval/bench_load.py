@@ -202,7 +202,7 @@ def free_port() -> int:
 @contextmanager
 def server_process(
     command: list[str], env: dict[str, str], ready_url: str, log: Path
-) -> Iterator[None]:
+) -> Iterator[subprocess.Popen[bytes]]:
     """Start a server, wait until `ready_url` answers 200, stop it on exit."""
     with log.open("w") as output:
         process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
@@ -220,7 +220,7 @@ def server_process(
                 if time.monotonic() > deadline:
                     raise RagrankError(f"{ready_url} was not ready within 600 s; see {log}")
                 time.sleep(0.5)
-            yield
+            yield process
         finally:
             process.send_signal(signal.SIGINT)
             try:

@@ -97,3 +97,26 @@ def test_bench_runs_servers_end_to_end_and_writes_json(tiny_reranker_path: Path,
     assert report["ratios"]["ragrank / ceiling"]["ratio"] == pytest.approx(expected, abs=2e-3)
     assert report["ratios"]["best ragrank / infinity"]["ratio"] is None
     assert report["workload"]["pairs"] == 16
+
+
+def test_the_overload_run_answers_only_200_and_429_and_recovers(
+    tiny_reranker_path: Path, tmp_path: Path
+):
+    """The mechanics of `eval.bench_overload` with a tiny model: 4 times the clients on a queue
+    of 8 items get 429s with Retry-After; nothing else but 200 comes back."""
+    from eval.bench_overload import main as overload
+
+    out = tmp_path / "overload.json"
+    argv = ["--model", str(tiny_reranker_path), "--seconds", "1.5", "--clients", "2"]
+    argv += ["--queue-size", "8", "--documents", "4", "--out", str(out)]
+    assert overload(argv) == 0
+    report = json.loads(out.read_text())
+    capacity, overload_phase, recovery = report["phases"]
+    assert set(overload_phase["statuses"]) <= {"200", "429"}
+    assert int(overload_phase["statuses"].get("429", 0)) > 0
+    assert (
+        overload_phase["retry_after_values"]
+        and "missing" not in overload_phase["retry_after_values"]
+    )
+    assert capacity["answered_per_s"] > 0 and recovery["answered_per_s"] > 0
+    assert report["queue_depth_max_items"] <= 8

@@ -26,7 +26,7 @@ from server.services import Services
 
 #: Examples per operation and generation mode (valid, invalid): over 1,000 requests in all
 #: (operations without parameters, such as GET /health, stop early).
-EXAMPLES = 100
+EXAMPLES = 80
 
 
 #: A body over the server's size limit (RAGRANK_MAX_REQUEST_BYTES) is refused unread with a
