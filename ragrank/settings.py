@@ -20,6 +20,18 @@ BATCHINGS = ("sorted", "arrival", "request")
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
+#: The request limits and the most each may be set to (the OpenAPI schema's hard bounds).
+LIMIT_CEILINGS = {
+    "max_query_chars": 20_000,
+    "max_top_k": 1_000,
+    "max_candidates": 5_000,
+    "max_rerank_documents": 10_000,
+    "max_document_chars": 1_000_000,
+    "max_embed_inputs": 20_480,
+    "max_ingest_documents": 10_000,
+    "max_ingest_document_chars": 10_000_000,
+}
+
 DEFAULT_EMBED_MODEL = "intfloat/multilingual-e5-base"
 DEFAULT_RERANK_MODEL = "BAAI/bge-reranker-v2-m3"
 
@@ -92,6 +104,16 @@ class Settings:
 
     #: The largest request body the server reads; a larger one is answered 413 unread.
     max_request_bytes: int = 16 * 1024 * 1024
+    #: Request limits, each checked before any model work (400 naming the field and the
+    #: variable); at most `LIMIT_CEILINGS`.
+    max_query_chars: int = 2_000
+    max_top_k: int = 100
+    max_candidates: int = 500
+    max_rerank_documents: int = 1_000
+    max_document_chars: int = 100_000
+    max_embed_inputs: int = 2_048
+    max_ingest_documents: int = 1_000
+    max_ingest_document_chars: int = 1_000_000
 
     #: API keys (comma-separated, and/or one per line in a file). With none, the API is open;
     #: with any, every route but /health and /ready needs one. Read-only keys cannot ingest.
@@ -152,6 +174,11 @@ class Settings:
                 f"{env_name('qdrant_replication_factor')}: a write cannot wait for more copies "
                 f"than exist"
             )
+        for name, ceiling in LIMIT_CEILINGS.items():
+            # A request that leaves out top_k or candidates gets their defaults (10, 50).
+            floor = {"max_top_k": 10, "max_candidates": 50}.get(name, 1)
+            if not floor <= getattr(self, name) <= ceiling:
+                raise SettingsError(f"{env_name(name)} must be between {floor} and {ceiling:,}")
         if not 0 < self.port < 65536:
             raise SettingsError(f"{env_name('port')} must be between 1 and 65535")
         choices = {

@@ -22,6 +22,7 @@ from ragrank.settings import Settings
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS, body_too_large
+from server.limits import write_limits_into_schema
 from server.metrics import PROMETHEUS, MetricsController, instrument
 from server.request_log import request_id_middleware
 from server.routes import ROUTES
@@ -75,7 +76,7 @@ def create_app(
     app = Litestar(
         route_handlers=[*ROUTES, *DOCUMENT_ROUTES, MetricsController],
         guards=[api_key_guard(keys)],
-        before_request=strict_body,
+        before_request=strict_body(settings),
         middleware=[PROMETHEUS.middleware],
         dependencies={
             "search_service": Provide(provide_search_service, sync_to_thread=False),
@@ -101,7 +102,9 @@ def create_app(
     # Outside the router, as Litestar's own OpenTelemetry plugin does, so that requests no route
     # matches (404, 405) get an id and a log line too; app middleware only wraps routes.
     app.asgi_handler = request_id_middleware(app.asgi_handler)
-    complete_request_schemas(app.openapi_schema)  # built once here; the schema route serves it
+    # Built once here; the schema route serves this object.
+    complete_request_schemas(app.openapi_schema)
+    write_limits_into_schema(app.openapi_schema, settings)
     return app
 
 

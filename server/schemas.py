@@ -1,4 +1,5 @@
-"""Request and response bodies. Limits live in the types, so the OpenAPI schema shows them."""
+"""Request and response bodies. The types hold each limit's ceiling; the configured limits
+(`server/limits.py`) are checked on top and written into the served OpenAPI schema."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import OpenAPI, OpenAPIType, Schema
 from msgspec import Meta, Struct
 
-MAX_QUERY_CHARS = 2_000
+from ragrank.settings import LIMIT_CEILINGS
+
+MAX_QUERY_CHARS = LIMIT_CEILINGS["max_query_chars"]
+MAX_TITLE_CHARS = 2_000
 #: A query must hold some non-whitespace text (a JSON Schema pattern is a search, not a match).
 #: The whitespace is spelled out, not `\S`: Python's and JavaScript's `\s` differ (\x1c-\x1f,
 #: \x85, \ufeff), and both the server and clients must read the pattern the same way.
 NON_BLANK = (
     r"[^\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 )
-MAX_TOP_K = 100
-MAX_CANDIDATES = 500
+MAX_TOP_K = LIMIT_CEILINGS["max_top_k"]
+MAX_CANDIDATES = LIMIT_CEILINGS["max_candidates"]
 MAX_FILTER_KEYS = 16
 
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=128)]
@@ -149,8 +153,8 @@ ERROR_DESCRIPTIONS = {
 MODEL_ERRORS = error_responses(400, 401, 413, 429, 500, 503, 504)
 
 
-MAX_RERANK_DOCUMENTS = 1_000
-MAX_DOCUMENT_CHARS = 100_000
+MAX_RERANK_DOCUMENTS = LIMIT_CEILINGS["max_rerank_documents"]
+MAX_DOCUMENT_CHARS = LIMIT_CEILINGS["max_document_chars"]
 MAX_TOKENS_PER_DOC = 32_768
 
 DocumentText = Annotated[str, Meta(max_length=MAX_DOCUMENT_CHARS)]
@@ -243,7 +247,7 @@ class TeiRank(Struct, frozen=True, kw_only=True, omit_defaults=True):
     text: str | None = None
 
 
-MAX_EMBED_INPUTS = 2_048
+MAX_EMBED_INPUTS = LIMIT_CEILINGS["max_embed_inputs"]
 
 EmbedText = Annotated[str, Meta(min_length=1, max_length=MAX_DOCUMENT_CHARS)]
 
@@ -282,15 +286,15 @@ class EmbeddingsResponse(Struct, frozen=True, kw_only=True):
     usage: EmbeddingsUsage
 
 
-MAX_DOCUMENTS_PER_JOB = 1_000
-MAX_DOCUMENT_CHARS = 1_000_000
+MAX_DOCUMENTS_PER_JOB = LIMIT_CEILINGS["max_ingest_documents"]
+MAX_INGEST_DOCUMENT_CHARS = LIMIT_CEILINGS["max_ingest_document_chars"]
 MAX_DOC_ID_CHARS = 512
 
 
 class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     id: Annotated[str, Meta(min_length=1, max_length=MAX_DOC_ID_CHARS)]
-    text: Annotated[str, Meta(max_length=MAX_DOCUMENT_CHARS)]
-    title: Annotated[str, Meta(max_length=MAX_QUERY_CHARS)] = ""
+    text: Annotated[str, Meta(max_length=MAX_INGEST_DOCUMENT_CHARS)]
+    title: Annotated[str, Meta(max_length=MAX_TITLE_CHARS)] = ""
     metadata: Annotated[dict[MetadataKey, Any], Meta(max_length=64)] = {}
 
 

@@ -6,34 +6,46 @@ accepts."""
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 from litestar import Request
 from litestar.exceptions import ValidationException
 
+from ragrank.settings import Settings
+from server.limits import check_limits
+
 _PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
 
 
-async def strict_body(request: Request[Any, Any, Any]) -> None:
-    """A `before_request` hook: a 400 naming the field when the body breaks its type."""
-    data = request.route_handler.parsed_fn_signature.parameters.get("data")
-    if data is None:
-        return
-    body = await request.body()  # cached: Litestar's own decoding reads it again
-    try:
-        value = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return  # not JSON at all: Litestar answers that itself
-    try:
-        msgspec.convert(_integral_floats_as_ints(value), type=data.annotation, strict=True)
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        path = _PATH.search(message)
-        raise ValidationException(
-            detail="invalid request body",
-            extra=[{"message": _PATH.sub("", message), "key": path.group(1) if path else ""}],
-        ) from None
+def strict_body(settings: Settings) -> Callable[[Request[Any, Any, Any]], Awaitable[None]]:
+    """A `before_request` hook: a 400 naming the field when the body breaks its type or one of
+    the configured limits, before any model work."""
+
+    async def hook(request: Request[Any, Any, Any]) -> None:
+        data = request.route_handler.parsed_fn_signature.parameters.get("data")
+        if data is None:
+            return
+        body = await request.body()  # cached: Litestar's own decoding reads it again
+        try:
+            value = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            return  # not JSON at all: Litestar answers that itself
+        try:
+            typed = msgspec.convert(
+                _integral_floats_as_ints(value), type=data.annotation, strict=True
+            )
+        except msgspec.ValidationError as exc:
+            message = str(exc)
+            path = _PATH.search(message)
+            raise ValidationException(
+                detail="invalid request body",
+                extra=[{"message": _PATH.sub("", message), "key": path.group(1) if path else ""}],
+            ) from None
+        check_limits(typed, settings)
+
+    return hook
 
 
 def _integral_floats_as_ints(value: Any) -> Any:

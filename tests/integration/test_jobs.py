@@ -20,7 +20,6 @@ from ragrank.documents import Document
 from ragrank.errors import StoreError, StoreUnreachableError
 from ragrank.settings import Settings
 from server import create_app
-from server.schemas import MAX_DOCUMENTS_PER_JOB
 from server.services import Services
 from tests.fakes import FakeEmbedder, FakeScorer
 
@@ -128,12 +127,16 @@ async def test_api_replicas_share_only_qdrant_and_the_job_queue(
 
 async def test_document_limits_answer_400_naming_the_field(fake_services, tmp_path: Path):
     settings = Settings(jobs_path=tmp_path / "jobs.sqlite3")
-    too_many = [{"id": f"d{i}", "text": "x"} for i in range(MAX_DOCUMENTS_PER_JOB + 1)]
+    too_many = [{"id": f"d{i}", "text": "x"} for i in range(1_001)]
     async with AsyncTestClient(app=create_app(settings, services=fake_services)) as client:
         response = await client.post("/v1/documents", json={"documents": too_many})
         assert response.status_code == 400
         error = response.json()["error"]
-        assert error["field"].startswith("documents") and "1000" in error["message"]
+        assert error["field"] == "documents"
+        assert "at most 1,000 items, got 1,001 (RAGRANK_MAX_INGEST_DOCUMENTS)" in error["message"]
+        long_text = {"documents": [{"id": "a", "text": "x" * 1_000_001}]}
+        response = await client.post("/v1/documents", json=long_text)
+        assert response.json()["error"]["field"] == "documents[0].text"
         response = await client.post("/v1/documents", json={"documents": [{"id": "", "text": ""}]})
         assert response.status_code == 400
         assert "id" in response.json()["error"]["field"]

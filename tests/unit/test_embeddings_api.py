@@ -54,8 +54,8 @@ async def test_base64_is_little_endian_float32_of_the_same_vector(client):
     [
         ({"input": ""}, "input", "length >= 1"),
         ({"input": []}, "input", "length >= 1"),
-        ({"input": ["x"] * 2049}, "input", "length <= 2048"),
-        ({"input": "x" * 100_001}, "input", "length <= 100000"),
+        ({"input": ["x"] * 2049}, "input", "at most 2,048 items"),
+        ({"input": "x" * 100_001}, "input", "at most 100,000 characters"),
         ({"input": "x", "encoding_format": "int8"}, "encoding_format", "Invalid enum value"),
         ({"input": "x", "input_type": "document"}, "input_type", "Invalid enum value"),
         ({"input": [1, 2, 3]}, "input", "Expected"),

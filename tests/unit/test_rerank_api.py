@@ -115,21 +115,31 @@ async def test_tei_shape(client):
     ("path", "body", "field", "fragment"),
     [
         ("/v1/rerank", {"query": "q", "documents": []}, "documents", "length >= 1"),
-        ("/v1/rerank", {"query": "q", "documents": ["d"] * 1001}, "documents", "length <= 1000"),
+        (
+            "/v1/rerank",
+            {"query": "q", "documents": ["d"] * 1001},
+            "documents",
+            "at most 1,000 items",
+        ),
         (
             "/v1/rerank",
             {"query": "q", "documents": ["x" * 100_001]},
             "documents",
-            "length <= 100000",
+            "at most 100,000 characters",
         ),
         (
             "/v1/rerank",
             {"query": "q", "documents": [{"text": "x" * 100_001}]},
             "documents",
-            "100000",
+            "RAGRANK_MAX_DOCUMENT_CHARS",
         ),
         ("/v1/rerank", {"query": " ", "documents": ["d"]}, "query", "non-whitespace"),
-        ("/v1/rerank", {"query": "x" * 2001, "documents": ["d"]}, "query", "length <= 2000"),
+        (
+            "/v1/rerank",
+            {"query": "x" * 2001, "documents": ["d"]},
+            "query",
+            "at most 2,000 characters",
+        ),
         ("/v1/rerank", {"query": "q", "documents": ["d"], "top_n": 0}, "top_n", ">= 1"),
         (
             "/v1/rerank",
@@ -137,7 +147,7 @@ async def test_tei_shape(client):
             "max_tokens_per_doc",
             ">= 1",
         ),
-        ("/rerank", {"query": "q", "texts": ["d"] * 1001}, "texts", "length <= 1000"),
+        ("/rerank", {"query": "q", "texts": ["d"] * 1001}, "texts", "at most 1,000 items"),
     ],
 )
 async def test_limits_answer_400_naming_field_and_limit(client, path, body, field, fragment):

@@ -15,7 +15,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from ragrank.errors import ModelFailedError
+from ragrank.errors import ModelFailedError, SettingsError
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
 from server import Services, create_app
@@ -60,10 +60,10 @@ async def test_no_scorer_call_without_rerank(client, indexed_services):
     [
         ({"query": ""}, "query", "length >= 1"),
         ({"query": "   "}, "query", "non-whitespace"),
-        ({"query": "x" * 2001}, "query", "length <= 2000"),
+        ({"query": "x" * 2001}, "query", "at most 2,000 characters"),
         ({"query": "x", "top_k": 0}, "top_k", ">= 1"),
-        ({"query": "x", "top_k": 101, "candidates": 200}, "top_k", "<= 100"),
-        ({"query": "x", "candidates": 501}, "candidates", "<= 500"),
+        ({"query": "x", "top_k": 101, "candidates": 200}, "top_k", "at most 100"),
+        ({"query": "x", "candidates": 501}, "candidates", "at most 500"),
         ({"query": "x", "rerank": "yes"}, "rerank", "Invalid enum value"),
         ({"query": "x", "rerank": 1}, "rerank", "Expected `bool | str`"),
         ({"query": "x", "filter": {"": "a"}}, "filter", "length >= 1"),
@@ -112,6 +112,60 @@ async def test_a_body_over_the_size_limit_is_a_413_naming_the_limit(fake_service
         assert "1,000 bytes" in message and "RAGRANK_MAX_REQUEST_BYTES" in message
         fits = await client.post("/v1/rerank", json={"query": "q", "documents": ["x" * 500]})
         assert fits.status_code == 200
+
+
+async def test_limits_are_settings_checked_before_any_model_work(indexed_services, tmp_path):
+    settings = Settings(
+        max_query_chars=10,
+        max_top_k=10,
+        max_candidates=50,
+        max_rerank_documents=2,
+        max_document_chars=5,
+        max_embed_inputs=2,
+        jobs_path=tmp_path / "jobs.sqlite3",
+    )
+    scorer = indexed_services.scorer
+    calls = len(scorer.batches)
+    app = create_app(settings, services=indexed_services)
+    async with AsyncTestClient(app=app) as client:
+        for path, body, field, variable in [
+            ("/v1/search", {"query": "x" * 11}, "query", "RAGRANK_MAX_QUERY_CHARS"),
+            ("/v1/search", {"query": "x", "top_k": 11}, "top_k", "RAGRANK_MAX_TOP_K"),
+            (
+                "/v1/search",
+                {"query": "x", "candidates": 51},
+                "candidates",
+                "RAGRANK_MAX_CANDIDATES",
+            ),
+            ("/v1/rerank", {"query": "q", "documents": ["a"] * 3}, "documents", "RERANK_DOC"),
+            (
+                "/v1/rerank",
+                {"query": "q", "documents": ["a", {"text": "abcdef"}]},
+                "documents[1]",
+                "RAGRANK_MAX_DOCUMENT_CHARS",
+            ),
+            ("/rerank", {"query": "q", "texts": ["abcdef"]}, "texts[0]", "DOCUMENT_CHARS"),
+            ("/v1/embeddings", {"input": ["a", "b", "c"]}, "input", "RAGRANK_MAX_EMBED_INPUTS"),
+            ("/v1/embeddings", {"input": "abcdef"}, "input", "RAGRANK_MAX_DOCUMENT_CHARS"),
+        ]:
+            response = await client.post(path, json=body)
+            assert response.status_code == 400, (path, body, response.text)
+            error = response.json()["error"]
+            assert error["field"] == field and variable in error["message"], error
+        assert len(scorer.batches) == calls  # refused before the reranker saw anything
+        schema = (await client.get("/schema/openapi.json")).json()["components"]["schemas"]
+        assert schema["SearchRequest"]["properties"]["query"]["maxLength"] == 10
+        assert schema["SearchRequest"]["properties"]["top_k"]["maximum"] == 10
+        assert schema["RerankDocument"]["properties"]["text"]["maxLength"] == 5
+
+
+def test_a_limit_cannot_be_set_past_its_ceiling_or_below_a_default():
+    with pytest.raises(SettingsError, match="RAGRANK_MAX_TOP_K must be between 10 and 1,000"):
+        Settings(max_top_k=1_001)
+    with pytest.raises(SettingsError, match="RAGRANK_MAX_CANDIDATES must be between 50 and"):
+        Settings(max_candidates=20)
+    with pytest.raises(SettingsError, match="RAGRANK_MAX_QUERY_CHARS must be between 1 and"):
+        Settings(max_query_chars=0)
 
 
 async def test_malformed_json_is_a_400_without_internals(client):
