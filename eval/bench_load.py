@@ -86,6 +86,13 @@ class Workload:
         }
 
 
+def latency_quantile(latencies_ms: Sequence[float], q: int) -> float | None:
+    """The q-th percentile in ms, one decimal; None without latencies."""
+    if not latencies_ms:
+        return None
+    return round(float(np.percentile(latencies_ms, q)), 1)
+
+
 @dataclass
 class RunResult:
     name: str
@@ -100,18 +107,13 @@ class RunResult:
         return self.pairs / self.seconds if self.seconds else 0.0
 
     def summary(self) -> dict[str, Any]:
-        def quantile(q: int) -> float | None:
-            if not self.latencies_ms:
-                return None
-            return round(float(np.percentile(self.latencies_ms, q)), 1)
-
         return {
             "name": self.name,
             "pairs": self.pairs,
             "seconds": round(self.seconds, 3),
             "pairs_per_s": round(self.pairs_per_s, 3),
-            "p50_ms": quantile(50),
-            "p99_ms": quantile(99),
+            "p50_ms": latency_quantile(self.latencies_ms, 50),
+            "p99_ms": latency_quantile(self.latencies_ms, 99),
             "batch_size": self.batch_size,
             "note": self.note,
         }

@@ -33,10 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
 from eval.beir import load_beir
-from eval.bench_load import _build_minilm_reranker, _small_embedder, free_port, server_process
+from eval.bench_load import (
+    _build_minilm_reranker,
+    _small_embedder,
+    free_port,
+    latency_quantile,
+    server_process,
+)
 from ragrank import SAMPLE_DATASET
 
 
@@ -58,11 +63,6 @@ class Phase:
         return sum(self.statuses.values()) / self.seconds if self.seconds else 0.0
 
     def summary(self) -> dict[str, Any]:
-        def quantile(q: int) -> float | None:
-            if not self.latencies_ms:
-                return None
-            return round(float(np.percentile(self.latencies_ms, q)), 1)
-
         return {
             "phase": self.name,
             "clients": self.clients,
@@ -70,8 +70,8 @@ class Phase:
             "statuses": {str(code): count for code, count in sorted(self.statuses.items())},
             "requests_per_s": round(self.offered_per_s, 2),
             "answered_per_s": round(self.answered_per_s, 2),
-            "p50_ms_answered": quantile(50),
-            "p99_ms_answered": quantile(99),
+            "p50_ms_answered": latency_quantile(self.latencies_ms, 50),
+            "p99_ms_answered": latency_quantile(self.latencies_ms, 99),
             "retry_after_values": sorted(self.retry_after),
         }
 
