@@ -223,17 +223,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from server import Services, create_app
+    from server import Services, create_app, serve
 
     settings = settings_from_args(args)
     services = Services.load(settings)
     try:
         # Only one process may open an embedded Qdrant folder: the API runs the worker then.
         app = create_app(settings, services=services, run_worker=settings.uses_embedded_qdrant)
-        # Our middleware logs each request with its id; uvicorn keeps our log handlers.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)
+        serve(app, settings)
     finally:
         services.store.close()
     return 0

@@ -108,6 +108,14 @@ def create_app(
     return app
 
 
+def serve(app: Litestar, settings: Settings) -> None:
+    """Serve `app` with uvicorn on the settings' host and port. The request-id middleware logs
+    every request, so uvicorn keeps the process's log handlers and writes no access log."""
+    import uvicorn
+
+    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)
+
+
 @contextmanager
 def _worker_thread(settings: Settings, services: Services, jobs: JobStore) -> Iterator[None]:
     """The indexing worker on a thread of this process, sharing its models and store."""

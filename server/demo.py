@@ -15,6 +15,7 @@ from ragrank import SAMPLE_DATASET
 from ragrank.device import resolve_placement
 from ragrank.settings import Settings
 from server.app import create_app
+from server.app import serve as serve_app
 from server.services import SearchOutcome, SearchService, Services
 
 #: Queries shown by the demo: English, French and Japanese, with labelled answers.
@@ -48,15 +49,7 @@ def run_demo(settings: Settings, *, serve: bool, console: Console | None = None)
             f"OpenAPI: {base}/schema   Readiness: {base}/ready"
         )
         if serve:
-            import uvicorn
-
-            uvicorn.run(
-                create_app(settings, services=services),
-                host=settings.host,
-                port=settings.port,
-                log_config=None,
-                access_log=False,
-            )
+            serve_app(create_app(settings, services=services), settings)
     finally:
         services.store.close()
 
