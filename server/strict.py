@@ -29,23 +29,30 @@ def strict_body(settings: Settings) -> Callable[[Request[Any, Any, Any]], Awaita
             return
         body = await request.body()  # cached: Litestar's own decoding reads it again
         try:
-            value = msgspec.json.decode(body)
+            typed = msgspec.json.decode(body, type=data.annotation, strict=True)
+        except msgspec.ValidationError:
+            # Only then walk the body in Python for JSON Schema's allowance (5.0 is an integer).
+            typed = _strict_with_integral_floats(body, data.annotation)
         except msgspec.DecodeError:
             return  # not JSON at all: Litestar answers that itself
-        try:
-            typed = msgspec.convert(
-                _integral_floats_as_ints(value), type=data.annotation, strict=True
-            )
-        except msgspec.ValidationError as exc:
-            message = str(exc)
-            path = _PATH.search(message)
-            raise ValidationException(
-                detail="invalid request body",
-                extra=[{"message": _PATH.sub("", message), "key": path.group(1) if path else ""}],
-            ) from None
         check_limits(typed, settings)
 
     return hook
+
+
+def _strict_with_integral_floats(body: bytes, kind: Any) -> Any:
+    """`body` as `kind`, strictly, once integral floats are ints; a 400 naming the field."""
+    try:
+        return msgspec.convert(
+            _integral_floats_as_ints(msgspec.json.decode(body)), type=kind, strict=True
+        )
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        path = _PATH.search(message)
+        raise ValidationException(
+            detail="invalid request body",
+            extra=[{"message": _PATH.sub("", message), "key": path.group(1) if path else ""}],
+        ) from None
 
 
 def _integral_floats_as_ints(value: Any) -> Any:
