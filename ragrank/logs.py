@@ -28,6 +28,14 @@ class _RequestIdFilter(logging.Filter):
         return True
 
 
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The request id (when there is one), then the fields passed as `extra=`."""
+    request_id = getattr(record, "request_id", None)
+    fields = {"request_id": request_id} if request_id else {}
+    fields.update((k, v) for k, v in vars(record).items() if k not in _STANDARD)
+    return fields
+
+
 class JsonFormatter(logging.Formatter):
     """`{"ts", "level", "logger", "message", "request_id"?, ...extra fields, "exc"?}`."""
 
@@ -38,10 +46,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        request_id = getattr(record, "request_id", None)
-        if request_id:
-            entry["request_id"] = request_id
-        entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        entry.update(_fields(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
@@ -55,10 +60,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extra = {k: v for k, v in vars(record).items() if k not in _STANDARD}
-        request_id = getattr(record, "request_id", None)
-        if request_id:
-            extra = {"request_id": request_id, **extra}
+        extra = _fields(record)
         if extra and "\n" not in line:
             line += " " + " ".join(f"{k}={v}" for k, v in extra.items())
         return line

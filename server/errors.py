@@ -30,6 +30,7 @@ from ragrank.errors import (
     RequestTimeoutError,
     StoreError,
 )
+from ragrank.settings import env_name
 from server.metrics import ERRORS
 from server.schemas import NON_BLANK, ErrorDetail, ErrorResponse
 
@@ -116,7 +117,7 @@ def body_too_large(limit: int) -> Callable[[Request[Any, Any, Any], Exception], 
         return _error(
             HTTP_413_REQUEST_ENTITY_TOO_LARGE,
             "payload_too_large",
-            f"the request body is over {limit:,} bytes (RAGRANK_MAX_REQUEST_BYTES)",
+            f"the request body is over {limit:,} bytes ({env_name('max_request_bytes')})",
         )
 
     return handler
