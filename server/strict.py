@@ -29,10 +29,13 @@ def strict_body(settings: Settings) -> Callable[[Request[Any, Any, Any]], Awaita
             return
         body = await request.body()  # cached: Litestar's own decoding reads it again
         try:
-            typed = msgspec.json.decode(body, type=data.annotation, strict=True)
-        except msgspec.ValidationError:
-            # Only then walk the body in Python for JSON Schema's allowance (5.0 is an integer).
-            typed = _strict_with_integral_floats(body, data.annotation)
+            try:
+                typed = msgspec.json.decode(body, type=data.annotation, strict=True)
+            except msgspec.ValidationError:
+                # Only then walk the body in Python for JSON Schema's allowance (5.0 is an
+                # integer). A typed decode can fail on the type before it sees malformed JSON
+                # (`1` followed by junk), so the untyped decode there may still find it.
+                typed = _strict_with_integral_floats(body, data.annotation)
         except msgspec.DecodeError:
             return  # not JSON at all: Litestar answers that itself
         check_limits(typed, settings)

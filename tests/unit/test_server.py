@@ -169,11 +169,12 @@ def test_a_limit_cannot_be_set_past_its_ceiling_or_below_a_default():
 
 
 async def test_malformed_json_is_a_400_without_internals(client):
-    response = await client.post(
-        "/v1/search", content=b"{not json", headers={"content-type": "application/json"}
-    )
-    assert response.status_code == 400
-    assert "Traceback" not in response.text and "/work" not in response.text
+    for body in (b"{not json", b"1\x1f junk after a valid number"):
+        response = await client.post(
+            "/v1/search", content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 400, body
+        assert "Traceback" not in response.text and "/work" not in response.text
 
 
 async def test_unknown_routes_get_a_json_404(client):
