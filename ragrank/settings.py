@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import typing
 from collections.abc import Mapping
@@ -43,7 +44,17 @@ PRESETS: dict[str, tuple[str, str]] = {
 
 
 def default_prefixes(embed_model: str) -> tuple[str, str]:
-    """The (query, passage) prefixes a model was trained with: e5 models take role prefixes."""
+    """The (query, passage) prefixes a model was trained with: those a local folder records
+    as its sentence-transformers prompts (`ragrank finetune embedder` writes them), else role
+    prefixes for e5 models."""
+    recorded = Path(embed_model).expanduser() / "config_sentence_transformers.json"
+    if recorded.is_file():
+        try:
+            prompts = json.loads(recorded.read_text(encoding="utf-8")).get("prompts") or {}
+        except (OSError, ValueError):
+            prompts = {}
+        if isinstance(prompts.get("query"), str) and isinstance(prompts.get("passage"), str):
+            return prompts["query"], prompts["passage"]
     if "e5" in embed_model.lower():
         return "query: ", "passage: "
     return "", ""
