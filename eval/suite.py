@@ -115,7 +115,7 @@ def evaluate_dataset(
         max_length=embedder.max_length,
     )
     start = time.perf_counter()
-    vectors, cached = _corpus_vectors(
+    vectors, cached = corpus_vectors(
         embedder, doc_ids, [passages[d] for d in doc_ids], key, options
     )
     timings["corpus_encode_s"] = time.perf_counter() - start
@@ -188,7 +188,7 @@ def _evaluated_queries(dataset: BeirDataset, limit: int | None) -> dict[str, str
     return dict(list(judged.items())[:limit]) if limit else judged
 
 
-def _corpus_vectors(
+def corpus_vectors(
     embedder: Embedder, doc_ids: list[str], texts: list[str], key: str, options: EvalOptions
 ) -> tuple[Vectors, bool]:
     """Corpus embeddings from the cache, else encoded (in length order, with a progress bar)

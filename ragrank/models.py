@@ -162,7 +162,7 @@ def error_summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def _load(role: str, model_id: str, setting: str, loader: Callable[[str], _Model]) -> _Model:
+def load_model(role: str, model_id: str, setting: str, loader: Callable[[str], _Model]) -> _Model:
     """Load a model by local path or hub id, turning every failure into a `ModelLoadError`."""
     local = Path(model_id).expanduser()
     if model_id.startswith((".", "/", "~")) and not local.exists():
@@ -201,7 +201,7 @@ class SentenceTransformerEmbedder:
                 source, device=placement.device, model_kwargs={"dtype": placement.dtype}
             )
 
-        self._model = _load("embedding", model_id, env_name("embed_model"), loader)
+        self._model = load_model("embedding", model_id, env_name("embed_model"), loader)
         self.model_id = model_id
         dimension = self._model.get_embedding_dimension()
         if dimension is None:
@@ -286,7 +286,7 @@ class CrossEncoderScorer:
             )
             return encoder
 
-        encoder = _load("reranking", model_id, env_name("rerank_model"), loader)
+        encoder = load_model("reranking", model_id, env_name("rerank_model"), loader)
         if encoder.num_labels != 1:
             raise ModelLoadError(
                 f"The reranking model {model_id!r} has {encoder.num_labels} output labels; "
