@@ -34,7 +34,7 @@ endef
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(call install-torch,$(BIN))
-	$(BIN)/pip install -e '.[dev,eval]'
+	$(BIN)/pip install -e '.[dev,eval,finetune]'
 	touch $@
 
 demo: setup ## index the bundled sample, show cosine vs reranked order, serve on :8000

@@ -168,6 +168,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(evaluate)
     evaluate.set_defaults(run=_eval)
 
+    finetune = commands.add_parser(
+        "finetune",
+        help="fine-tune the reranker or the embedder on a BEIR collection's relevance labels",
+        description="Domain adaptation: train on qrels/<split>.tsv with hard negatives mined "
+        "from the configured embedder's cosine top-k, validate on held-out train queries, keep "
+        "the best checkpoint by validation NDCG@10 and save a model folder for "
+        "RAGRANK_RERANK_MODEL or RAGRANK_EMBED_MODEL. Queries of --held-out-split are never "
+        "seen. Rerun the same command to resume an interrupted run.",
+    )
+    roles = finetune.add_subparsers(title="models", required=True, metavar="MODEL")
+    for role, defaults in FINETUNE_DEFAULTS.items():
+        _add_finetune(roles, role, defaults)
+
     # Listed for --help only: `main` hands `bench ...` to eval.bench_load's own parser, so
     # that its heavy imports stay out of the other commands.
     commands.add_parser(
@@ -176,6 +189,101 @@ def build_parser() -> argparse.ArgumentParser:
         "Infinity (ragrank bench --help)",
     )
     return parser
+
+
+#: Per-model defaults of `ragrank finetune`: (help, loss choices, batch size, negatives).
+FINETUNE_DEFAULTS: dict[str, tuple[str, tuple[str, ...], int, int]] = {
+    "reranker": (
+        "train a one-logit cross-encoder (binary cross-entropy or ListNet); --base may be a "
+        "cross-encoder or a plain encoder, which gets a fresh head",
+        ("bce", "listnet"),
+        16,
+        4,
+    ),
+    "embedder": (
+        "train the bi-encoder with multiple negatives ranking (in-batch negatives plus the "
+        "mined ones), keeping the query/passage prefixes",
+        ("mnrl",),
+        32,
+        1,
+    ),
+}
+
+
+def _add_finetune(
+    roles: argparse._SubParsersAction[argparse.ArgumentParser],
+    role: str,
+    defaults: tuple[str, tuple[str, ...], int, int],
+) -> None:
+    description, losses, batch_size, negatives = defaults
+    setting = "RAGRANK_RERANK_MODEL" if role == "reranker" else "RAGRANK_EMBED_MODEL"
+    parser = roles.add_parser(role, help=description, description=description + ".")
+    parser.add_argument("--dataset", required=True, type=Path, metavar="DIR", help="BEIR folder")
+    parser.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help="run folder: checkpoints, report and the model in model/ (rerun to resume)",
+    )
+    parser.add_argument("--split", default="train", help="qrels/<split>.tsv to train on (train)")
+    parser.add_argument(
+        "--held-out-split",
+        default="test",
+        help="split whose queries are never trained or validated on ('none': no such split)",
+    )
+    parser.add_argument("--base", help=f"model to start from (default: {setting})")
+    parser.add_argument("--epochs", type=float, default=3.0, help="training epochs (3)")
+    parser.add_argument("--learning-rate", type=float, default=3e-5, help="peak rate (3e-5)")
+    parser.add_argument("--warmup-ratio", type=float, default=0.06, help="warm-up share (0.06)")
+    parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW decay (0.01)")
+    parser.add_argument(
+        "--batch-size", type=int, default=batch_size, help=f"examples per step ({batch_size})"
+    )
+    parser.add_argument(
+        "--loss", choices=losses, default=losses[0], help=f"training loss ({losses[0]})"
+    )
+    parser.add_argument(
+        "--negatives",
+        type=int,
+        default=negatives,
+        help=f"hard negatives per {'query' if role == 'reranker' else 'example'} ({negatives})",
+    )
+    parser.add_argument(
+        "--mine-depth", type=int, default=30, help="cosine top-k negatives are drawn from (30)"
+    )
+    parser.add_argument(
+        "--near-duplicate",
+        type=float,
+        default=0.95,
+        help="skip candidates this cosine-similar to a positive (0.95)",
+    )
+    parser.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=0.1,
+        help="share of the training queries held out for validation (0.1)",
+    )
+    parser.add_argument(
+        "--validation-candidates",
+        type=int,
+        default=20,
+        help="cosine candidates per validation query (20)",
+    )
+    parser.add_argument(
+        "--max-length", type=int, default=256, help="token limit while training (256)"
+    )
+    parser.add_argument("--seed", type=int, default=42, help="split, mining and training (42)")
+    parser.add_argument("--max-steps", type=int, help="stop after N steps (smoke runs)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path("ragrank-data/eval-cache"),
+        help="corpus embedding cache, shared with ragrank eval",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="always embed the corpus")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_common(parser)
+    parser.set_defaults(run=_finetune, role=role)
 
 
 def _add_common(parser: argparse.ArgumentParser, preset_default: str | None = None) -> None:
@@ -332,6 +440,47 @@ def _eval(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     return run_eval(settings, args.datasets, options, args.output or default_output())
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    try:
+        from eval.finetune.training import FinetuneOptions
+
+        if args.role == "reranker":
+            from eval.finetune.reranker import finetune_reranker as run
+        else:
+            from eval.finetune.embedder import finetune_embedder as run
+    except ModuleNotFoundError as exc:
+        raise RagrankError(
+            f"ragrank finetune needs the package {exc.name!r}: pip install 'ragrank[finetune]'"
+        ) from exc
+
+    held_out = None if args.held_out_split.lower() == "none" else args.held_out_split
+    options = FinetuneOptions(
+        dataset=args.dataset,
+        output=args.output,
+        base=args.base,
+        split=args.split,
+        held_out_split=held_out,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        warmup_ratio=args.warmup_ratio,
+        weight_decay=args.weight_decay,
+        batch_size=args.batch_size,
+        loss=args.loss,
+        negatives=args.negatives,
+        mine_depth=args.mine_depth,
+        near_duplicate=args.near_duplicate,
+        validation_fraction=args.validation_fraction,
+        validation_candidates=args.validation_candidates,
+        max_length=args.max_length,
+        seed=args.seed,
+        max_steps=args.max_steps,
+        cache_dir=None if args.no_cache else args.cache_dir,
+        progress=not args.no_progress,
+    )
+    run(settings_from_args(args), options)
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
