@@ -28,16 +28,49 @@ def default_output(now: datetime | None = None) -> Path:
 
 
 def run_eval(
-    settings: Settings, datasets: Sequence[Path], options: EvalOptions, output: Path
+    settings: Settings,
+    datasets: Sequence[Path],
+    options: EvalOptions,
+    output: Path,
+    baseline_embed_model: str | None = None,
 ) -> int:
+    """Evaluate each dataset with the configured models; `baseline_embed_model` adds that
+    embedder's cosine run as the baseline of the configured embedder (with its own default
+    prefixes)."""
     for path in datasets:
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     scorer = CrossEncoderScorer.from_settings(settings) if "reranked" in options.systems else None
-    results = list(evaluate_datasets(datasets, embedder, scorer, options, store_factory(settings)))
+    baseline = (
+        SentenceTransformerEmbedder.from_settings(
+            replace(
+                settings, embed_model=baseline_embed_model, query_prefix=None, passage_prefix=None
+            )
+        )
+        if baseline_embed_model
+        else None
+    )
+    results = list(
+        evaluate_datasets(
+            datasets,
+            embedder,
+            scorer,
+            options,
+            store_factory(settings),
+            baseline_embedder=baseline,
+        )
+    )
     print_table(results)
-    report = build_report(results, _config(settings, datasets, options, scorer is not None))
+    config = _config(settings, datasets, options, scorer is not None)
+    if baseline is not None:
+        config |= {
+            "baseline_embed_model": baseline.model_id,
+            "baseline_embed_model_fingerprint": model_fingerprint(baseline.model_id),
+            "baseline_query_prefix": baseline.query_prefix,
+            "baseline_passage_prefix": baseline.passage_prefix,
+        }
+    report = build_report(results, config)
     for path in write_report(report, results, output):
         print(f"wrote {path}")
     return 0

@@ -190,6 +190,17 @@ def print_table(results: Sequence[DatasetResult], console: Console | None = None
         table.add_row(*row, style="bold")
     console.print(table)
     for result in results:
+        for c in result.comparisons:
+            if c.challenger != "cosine":
+                continue
+            low, high = c.delta_ci[HEADLINE]
+            console.print(
+                f"{result.name}: {HEADLINE} of cosine against {c.baseline} (the baseline "
+                f"embedder): {_cell(result.scores, 'cosine')} vs "
+                f"{_cell(result.scores, c.baseline)}, Δ {c.delta[HEADLINE]:+.4f} "
+                f"[{low:+.3f}, {high:+.3f}], p (fisher) {format_p(c.p_values['fisher'][HEADLINE])}"
+                f", W/T/L {c.wins}/{c.ties}/{c.losses}"
+            )
         if result.ann_recall:
             console.print(
                 f"{result.name}: Qdrant's top-k against the exact top-k: "
@@ -274,6 +285,27 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
             else ["–"] * 4
         )
         lines.append("| **macro average** | | " + " | ".join(cells + extra) + " |")
+    embedders = [(d, c) for d in datasets for c in d["comparisons"] if c["challenger"] == "cosine"]
+    if embedders:
+        lines += [
+            "",
+            f"## The embedder against the baseline embedder `{config['baseline_embed_model']}`",
+            "",
+            f"| dataset | {embedders[0][1]['baseline']} | cosine | Δ [95 % CI] | p (fisher) "
+            "| p (student) | wins / ties / losses |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for d, c in embedders:
+            low, high = c["delta_ci"][HEADLINE]
+            lines.append(
+                f"| {d['name']} "
+                f"| {d['systems'][c['baseline']]['metrics'][HEADLINE]:.4f} "
+                f"| {d['systems']['cosine']['metrics'][HEADLINE]:.4f} "
+                f"| {c['delta'][HEADLINE]:+.4f} [{low:+.4f}, {high:+.4f}] "
+                f"| {format_p(c['p_values']['fisher'][HEADLINE])} "
+                f"| {format_p(c['p_values']['student'][HEADLINE])} "
+                f"| {c['wins']} / {c['ties']} / {c['losses']} |"
+            )
     lines += ["", "## All metrics", ""]
     lines += ["| dataset | system | " + " | ".join(METRICS) + " |"]
     lines += ["| --- | --- | " + " | ".join("---:" for _ in METRICS) + " |"]

@@ -31,6 +31,9 @@ from ragrank.store import QdrantStore
 log = logging.getLogger(__name__)
 
 SYSTEMS = ("cosine", "reranked", "ann")
+#: The first stage of `--baseline-embed-model`: the model the evaluated embedder is compared
+#: against (e.g. the one it was fine-tuned from).
+BASELINE_COSINE = "cosine-baseline"
 #: Depth of the first-stage run: Recall@100 and MAP@100 need 100 documents.
 TOP_K = 100
 
@@ -89,9 +92,13 @@ def evaluate_dataset(
     scorer: Scorer | None,
     options: EvalOptions,
     open_store: StoreFactory | None = None,
+    *,
+    baseline_embedder: Embedder | None = None,
 ) -> DatasetResult:
     """Run the chosen systems on one BEIR collection. Cosine is always run: it is the first
-    stage of the reranker, the baseline of every comparison and the reference of ANN recall."""
+    stage of the reranker, the baseline of every comparison and the reference of ANN recall.
+    With `baseline_embedder`, its exact cosine run (`cosine-baseline`) is the baseline that
+    cosine itself is compared against."""
     dataset = load_beir(path, split=options.split)
     queries = _evaluated_queries(dataset, options.limit_queries)
     qrels = {qid: dataset.qrels[qid] for qid in queries}
@@ -108,12 +115,7 @@ def evaluate_dataset(
     )
     timings = result.timings
     corpus_file = next(name for name in dataset.checksums if name.startswith("corpus"))
-    key = cache_key(
-        model_id=embedder.model_id,
-        passage_prefix=embedder.passage_prefix,
-        corpus_checksum=dataset.checksums[corpus_file],
-        max_length=embedder.max_length,
-    )
+    key = _corpus_key(embedder, dataset.checksums[corpus_file])
     start = time.perf_counter()
     vectors, cached = corpus_vectors(
         embedder, doc_ids, [passages[d] for d in doc_ids], key, options
@@ -130,6 +132,21 @@ def evaluate_dataset(
     runs = {"cosine": exact_run(index, list(queries), query_vectors, doc_ids, TOP_K)}
     timings["retrieval_ms_per_query"] = _per_query_ms(start, len(queries))
     timings["faiss_gpu"] = float(index.gpu)
+    if baseline_embedder is not None:
+        baseline_vectors, _ = corpus_vectors(
+            baseline_embedder,
+            doc_ids,
+            [passages[d] for d in doc_ids],
+            _corpus_key(baseline_embedder, dataset.checksums[corpus_file]),
+            options,
+        )
+        runs[BASELINE_COSINE] = exact_run(
+            ExactIndex(baseline_vectors),
+            list(queries),
+            baseline_embedder.embed_queries(list(queries.values())),
+            doc_ids,
+            TOP_K,
+        )
 
     if "reranked" in options.systems:
         if scorer is None:
@@ -161,8 +178,29 @@ def evaluate_dataset(
         }
 
     result.scores = {name: score_run(qrels, run, name) for name, run in runs.items()}
-    result.comparisons = compare(qrels, runs, result.scores, baseline="cosine")
+    result.comparisons = compare(
+        qrels,
+        {name: run for name, run in runs.items() if name != BASELINE_COSINE},
+        result.scores,
+        baseline="cosine",
+    )
+    if BASELINE_COSINE in runs:
+        result.comparisons += compare(
+            qrels,
+            {BASELINE_COSINE: runs[BASELINE_COSINE], "cosine": runs["cosine"]},
+            result.scores,
+            baseline=BASELINE_COSINE,
+        )
     return result
+
+
+def _corpus_key(embedder: Embedder, corpus_checksum: str) -> str:
+    return cache_key(
+        model_id=embedder.model_id,
+        passage_prefix=embedder.passage_prefix,
+        corpus_checksum=corpus_checksum,
+        max_length=embedder.max_length,
+    )
 
 
 def evaluate_datasets(
@@ -171,10 +209,14 @@ def evaluate_datasets(
     scorer: Scorer | None,
     options: EvalOptions,
     open_store: StoreFactory | None = None,
+    *,
+    baseline_embedder: Embedder | None = None,
 ) -> Iterator[DatasetResult]:
     for path in paths:
         log.info("evaluating %s", path)
-        yield evaluate_dataset(path, embedder, scorer, options, open_store)
+        yield evaluate_dataset(
+            path, embedder, scorer, options, open_store, baseline_embedder=baseline_embedder
+        )
 
 
 def _evaluated_queries(dataset: BeirDataset, limit: int | None) -> dict[str, str]:

@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("ragrank-data/eval-cache"),
         help="corpus embedding cache (ragrank-data/eval-cache)",
     )
+    evaluate.add_argument(
+        "--baseline-embed-model",
+        metavar="MODEL",
+        help="also run this embedder's cosine top-100 (cosine-baseline) and compare the "
+        "configured embedder against it, e.g. the model it was fine-tuned from",
+    )
     evaluate.add_argument("--no-cache", action="store_true", help="always embed the corpus")
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_common(evaluate)
@@ -439,7 +445,13 @@ def _eval(args: argparse.Namespace) -> int:
         rerank_batch_tokens=tokens,
         progress=not args.no_progress,
     )
-    return run_eval(settings, args.datasets, options, args.output or default_output())
+    return run_eval(
+        settings,
+        args.datasets,
+        options,
+        args.output or default_output(),
+        baseline_embed_model=args.baseline_embed_model,
+    )
 
 
 def _finetune(args: argparse.Namespace) -> int:

@@ -244,6 +244,59 @@ def test_a_cosine_only_run_needs_no_reranker(tmp_path: Path, settings: Settings,
     assert "cosine" in capsys.readouterr().out
 
 
+class RandomEmbedder(FakeEmbedder):
+    """A vector drawn at random for each text: a poor first stage."""
+
+    model_id = "random-embedder"
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        vectors = np.stack(
+            [
+                np.random.default_rng(list(text.encode())).normal(size=self.dimension)
+                for text in texts
+            ]
+        ).astype(np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_the_embedder_is_compared_against_a_baseline_embedder(tmp_path: Path):
+    root = tmp_path / "known"
+    write_collection(root)
+    options = EvalOptions(systems=("cosine",), progress=False)
+    result = evaluate_dataset(
+        root, FakeEmbedder(), None, options, baseline_embedder=RandomEmbedder()
+    )
+    assert set(result.scores) == {"cosine", "cosine-baseline"}
+    (comparison,) = result.comparisons
+    assert (comparison.challenger, comparison.baseline) == ("cosine", "cosine-baseline")
+    per_query = [
+        result.scores["cosine"].per_query["ndcg@10"][qid]
+        - result.scores["cosine-baseline"].per_query["ndcg@10"][qid]
+        for qid in result.queries
+    ]
+    assert comparison.delta["ndcg@10"] == pytest.approx(np.mean(per_query))
+    assert comparison.delta["ndcg@10"] > 0
+    assert comparison.wins + comparison.ties + comparison.losses == 6
+    assert comparison.wins == sum(d > 0 for d in per_query)
+
+    same = evaluate_dataset(root, FakeEmbedder(), None, options, baseline_embedder=FakeEmbedder())
+    assert same.comparisons[0].delta["ndcg@10"] == 0
+    assert same.comparisons[0].ties == 6
+
+
+def test_eval_reports_the_baseline_embedder(tmp_path: Path, settings: Settings, capsys):
+    write_collection(tmp_path / "known")
+    quick = Settings(embed_model=settings.embed_model, device="cpu")
+    options = EvalOptions(systems=("cosine",), progress=False)
+    out = tmp_path / "out"
+    run_eval(quick, [tmp_path / "known"], options, out, baseline_embed_model=settings.embed_model)
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["baseline_embed_model"] == settings.embed_model
+    assert report["datasets"][0]["comparisons"][0]["ties"] == 6
+    assert "The embedder against the baseline embedder" in (out / "report.md").read_text()
+    assert "cosine against cosine-baseline" in capsys.readouterr().out
+
+
 def test_bad_arguments_name_the_flag(tmp_path: Path, capsys):
     assert main(["eval", "--dataset", str(tmp_path / "missing"), "--no-progress"]) == 2
     assert "--dataset" in capsys.readouterr().err
