@@ -456,6 +456,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _finetune(args: argparse.Namespace) -> int:
     try:
+        import accelerate  # noqa: F401  (the trainers need both; fail here, with the fix)
+        import datasets  # noqa: F401
+
         from eval.finetune.training import FinetuneOptions
 
         if args.role == "reranker":

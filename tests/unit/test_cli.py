@@ -26,6 +26,29 @@ def test_each_subcommand_has_useful_help(command, expected, capsys):
         assert word in text
 
 
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("reranker", ["--base", "--held-out-split", "--negatives", "listnet", "RAGRANK_RERANK"]),
+        ("embedder", ["--base", "--held-out-split", "mnrl", "prefixes", "RAGRANK_EMBED_MODEL"]),
+    ],
+)
+def test_finetune_has_useful_help(model, expected, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["finetune", model, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    for word in expected:
+        assert word in text
+
+
+def test_finetune_without_its_extra_names_the_package_to_install(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if datasets were not installed
+    flags = ["--dataset", str(tmp_path), "--output", str(tmp_path / "out")]
+    assert main(["finetune", "reranker", *flags]) == 2
+    assert "pip install 'ragrank[finetune]'" in capsys.readouterr().err
+
+
 def test_the_console_script_is_installed():
     result = subprocess.run(
         [sys.executable, "-m", "ragrank.cli", "--help"], capture_output=True, text=True, check=False
