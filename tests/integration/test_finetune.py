@@ -209,3 +209,16 @@ def test_the_fine_tuned_embedder_keeps_its_prefixes(
     assert report["query_prefix"] == "query: "
     assert report["training_examples"] == 24
     assert report["validation_by_epoch"]
+
+
+def test_the_listwise_loss_trains_one_list_per_query(
+    collection: Path, tiny_reranker_path: Path, tiny_embedder_path: Path, tmp_path: Path
+):
+    output = tmp_path / "listnet"
+    flags = _flags(collection, output, tiny_reranker_path, tiny_embedder_path)
+    assert main(["finetune", "reranker", *flags, "--loss", "listnet"]) == 0
+    report = json.loads((output / "report.json").read_text())
+    assert (report["loss_function"], report["head"]) == ("listnet", "trained")
+    assert report["training_examples"] == 24
+    assert np.isfinite(report["loss"][0]["loss"])
+    assert (output / "model" / "model.safetensors").exists()
