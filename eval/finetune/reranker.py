@@ -26,7 +26,7 @@ from eval.finetune.training import (
     training_arguments,
     write_report,
 )
-from eval.metrics import Run
+from eval.metrics import Run, score_run
 from ragrank.device import resolve_placement
 from ragrank.errors import ModelLoadError
 from ragrank.models import SentenceTransformerEmbedder, load_model
@@ -96,6 +96,7 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
         seconds=add_seconds(options, seconds),
         examples=len(next(iter(rows.values()))),
         details={
+            "validation_first_stage": _first_stage(validation, data),
             "head": head,
             "loss_function": options.loss,
             "positives": positive_count,
@@ -162,6 +163,16 @@ def _rows(
         lists["docs"].append([texts[doc_id] for doc_id, _ in labelled])
         lists["labels"].append([label for _, label in labelled])
     return (pairs if options.loss == "bce" else lists), positive_count, negative_count
+
+
+def _first_stage(validation: ValidationNdcg, data: TrainingData) -> dict[str, float]:
+    """Validation metrics of the candidates in their cosine order: what reranking must beat."""
+    run = {
+        qid: {doc_id: -float(rank) for rank, doc_id in enumerate(docs)}
+        for qid, docs in data.validation_candidates.items()
+    }
+    scores = score_run(validation.qrels, run, "cosine")
+    return {f"val_{metric}": scores.means[metric] for metric in ("ndcg@10", "recall@10", "mrr@10")}
 
 
 def _rerank(

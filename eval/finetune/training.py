@@ -453,6 +453,15 @@ def _markdown(report: Mapping[str, Any]) -> str:
             *(report["validation_before"][f"val_{m}"] for m in ("ndcg@10", "recall@10", "mrr@10"))
         ),
     ]
+    if "validation_first_stage" in report:
+        lines.append(
+            "| first stage (cosine order) | {:.4f} | {:.4f} | {:.4f} |".format(
+                *(
+                    report["validation_first_stage"][f"val_{m}"]
+                    for m in ("ndcg@10", "recall@10", "mrr@10")
+                )
+            )
+        )
     lines += [
         "| {:.2f} | {:.4f} | {:.4f} | {:.4f} |".format(
             e["epoch"], e["val_ndcg@10"], e["val_recall@10"], e["val_mrr@10"]
