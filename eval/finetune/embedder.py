@@ -15,22 +15,15 @@ from eval.finetune.training import (
     MODEL_FOLDER,
     FinetuneOptions,
     TrainingData,
-    TrainingOutcome,
     ValidationNdcg,
-    add_seconds,
     baseline_metrics,
-    last_checkpoint,
-    load_dataset,
-    prepare_data,
-    start_run,
-    timed,
+    open_run,
+    train_and_report,
     training_arguments,
-    write_report,
 )
 from eval.metrics import Run
-from ragrank.device import resolve_placement
 from ragrank.errors import ModelLoadError
-from ragrank.models import SentenceTransformerEmbedder, load_model
+from ragrank.models import load_model
 from ragrank.settings import Settings, env_name
 
 
@@ -43,7 +36,6 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
         BatchSamplers,
         SentenceTransformerTrainingArguments,
     )
-    from transformers import set_seed
 
     if options.loss != "mnrl":
         raise ModelLoadError(f"--loss {options.loss!r}: an embedder trains with mnrl")
@@ -51,27 +43,21 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
     # The base model mines its own hard negatives, with the configured prefixes.
     settings = replace(settings, embed_model=str(options.base))
     query_prefix, passage_prefix = settings.query_prefix or "", settings.passage_prefix or ""
-    model_folder = options.output / MODEL_FOLDER
-    if not start_run("embedder", options):
-        print(f"{options.output} holds a finished run; its model is {model_folder}")
-        return model_folder
-    dataset, held_out = load_dataset(options)
-    data = prepare_data(
-        dataset, held_out, SentenceTransformerEmbedder.from_settings(settings), options
-    )
-    texts = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
-
-    device = resolve_placement(settings.device, settings.dtype).device
-    set_seed(options.seed)
-    model = _load_base(str(options.base), options.max_length, device)
+    run = open_run("embedder", options, settings)
+    if run is None:
+        return options.output / MODEL_FOLDER
+    dataset, data = run.dataset, run.data
+    model = _load_base(str(options.base), options.max_length, run.device)
+    # Recorded in the saved folder, so ragrank applies the same prefixes whatever it is called.
+    model.prompts = {"query": query_prefix, "passage": passage_prefix}
     validation = ValidationNdcg(
         lambda trained: _retrieve(
-            trained, dataset, texts=texts, data=data, options=options, settings=settings
+            trained, dataset, texts=run.texts, data=data, options=options, settings=settings
         ),
         {qid: dataset.qrels[qid] for qid in data.split.validation},
     )
     baseline = baseline_metrics(options, validation, model)
-    rows = _rows(dataset.queries, dataset.qrels, texts, data, options)
+    rows = _rows(dataset.queries, dataset.qrels, run.texts, data, options)
     prompts = {
         column: prefix
         for column in rows
@@ -79,7 +65,7 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
     }
     arguments = training_arguments(
         options,
-        device,
+        run.device,
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         **({"prompts": prompts} if prompts else {}),
     )
@@ -90,16 +76,12 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
         loss=MultipleNegativesRankingLoss(model),
         evaluator=validation,
     )
-    seconds = timed(lambda: trainer.train(resume_from_checkpoint=last_checkpoint(options)))
-    # Recorded in the folder, so ragrank applies the same prefixes whatever it is called.
-    model.prompts = {"query": query_prefix, "passage": passage_prefix}
-    model.save_pretrained(str(model_folder))
-    outcome = TrainingOutcome(
-        log_history=list(trainer.state.log_history),
-        best_checkpoint=trainer.state.best_model_checkpoint,
-        best_metric=trainer.state.best_metric,
+    return train_and_report(
+        "embedder",
+        run,
+        options,
+        trainer=trainer,
         baseline=baseline,
-        seconds=add_seconds(options, seconds),
         examples=len(rows["anchor"]),
         details={
             "loss_function": "multiple negatives ranking (in-batch + mined hard negatives)",
@@ -109,12 +91,6 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
             f"{options.validation_candidates} cosine candidates of the base model",
         },
     )
-    for path in write_report(
-        "embedder", options=options, dataset=dataset, data=data, outcome=outcome, device=device
-    ):
-        print(f"wrote {path}")
-    print(f"model: {model_folder} (serve it with {env_name('embed_model')}={model_folder})")
-    return model_folder
 
 
 def _load_base(base: str, max_length: int, device: str) -> Any:

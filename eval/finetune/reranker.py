@@ -14,22 +14,15 @@ from eval.finetune.training import (
     MODEL_FOLDER,
     FinetuneOptions,
     TrainingData,
-    TrainingOutcome,
     ValidationNdcg,
-    add_seconds,
     baseline_metrics,
-    last_checkpoint,
-    load_dataset,
-    prepare_data,
-    start_run,
-    timed,
+    open_run,
+    train_and_report,
     training_arguments,
-    write_report,
 )
 from eval.metrics import Run, score_run
-from ragrank.device import resolve_placement
 from ragrank.errors import ModelLoadError
-from ragrank.models import SentenceTransformerEmbedder, load_model
+from ragrank.models import load_model
 from ragrank.settings import Settings, env_name
 
 log = logging.getLogger(__name__)
@@ -46,31 +39,22 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
         CrossEncoderTrainingArguments,
     )
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss
-    from transformers import set_seed
 
     if options.loss not in RERANKER_LOSSES:
         raise ModelLoadError(f"--loss {options.loss!r}: a reranker trains with bce or listnet")
     options = replace(options, base=options.base or settings.rerank_model)
-    model_folder = options.output / MODEL_FOLDER
-    if not start_run("reranker", options):
-        print(f"{options.output} holds a finished run; its model is {model_folder}")
-        return model_folder
-    dataset, held_out = load_dataset(options)
-    data = prepare_data(
-        dataset, held_out, SentenceTransformerEmbedder.from_settings(settings), options
-    )
-    texts = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
-
-    device = resolve_placement(settings.device, settings.dtype).device
-    set_seed(options.seed)
-    encoder, head = load_base(str(options.base), options.max_length, device)
+    run = open_run("reranker", options, settings)
+    if run is None:
+        return options.output / MODEL_FOLDER
+    dataset, data = run.dataset, run.data
+    encoder, head = load_base(str(options.base), options.max_length, run.device)
     validation = ValidationNdcg(
-        lambda model: _rerank(model, dataset.queries, texts, data, options),
+        lambda model: _rerank(model, dataset.queries, run.texts, data, options),
         {qid: dataset.qrels[qid] for qid in data.split.validation},
     )
     baseline = baseline_metrics(options, validation, encoder)
     rows, positive_count, negative_count = _rows(
-        dataset.queries, dataset.qrels, texts, data, options
+        dataset.queries, dataset.qrels, run.texts, data, options
     )
     if options.loss == "bce":
         # Weighting positives by the negative:positive ratio keeps the loss from being won
@@ -81,19 +65,17 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
         loss = ListNetLoss(encoder)
     trainer = CrossEncoderTrainer(
         model=encoder,
-        args=CrossEncoderTrainingArguments(**training_arguments(options, device)),
+        args=CrossEncoderTrainingArguments(**training_arguments(options, run.device)),
         train_dataset=Dataset.from_dict(rows),
         loss=loss,
         evaluator=validation,
     )
-    seconds = timed(lambda: trainer.train(resume_from_checkpoint=last_checkpoint(options)))
-    encoder.save_pretrained(str(model_folder))
-    outcome = TrainingOutcome(
-        log_history=list(trainer.state.log_history),
-        best_checkpoint=trainer.state.best_model_checkpoint,
-        best_metric=trainer.state.best_metric,
+    return train_and_report(
+        "reranker",
+        run,
+        options,
+        trainer=trainer,
         baseline=baseline,
-        seconds=add_seconds(options, seconds),
         examples=len(next(iter(rows.values()))),
         details={
             "validation_first_stage": _first_stage(validation, data),
@@ -103,12 +85,6 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
             "negatives": negative_count,
         },
     )
-    for path in write_report(
-        "reranker", options=options, dataset=dataset, data=data, outcome=outcome, device=device
-    ):
-        print(f"wrote {path}")
-    print(f"model: {model_folder} (serve it with {env_name('rerank_model')}={model_folder})")
-    return model_folder
 
 
 def load_base(base: str, max_length: int, device: str) -> tuple[Any, str]:

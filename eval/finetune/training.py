@@ -28,8 +28,10 @@ from eval.finetune.data import (
 )
 from eval.metrics import Run, score_run
 from eval.suite import EvalOptions, corpus_vectors
+from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError, SettingsError
-from ragrank.models import Embedder
+from ragrank.models import Embedder, SentenceTransformerEmbedder
+from ragrank.settings import Settings, env_name
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +346,76 @@ class TrainingOutcome:
     seconds: float
     examples: int
     details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run folder claimed for one role, with its training data fixed."""
+
+    dataset: BeirDataset
+    data: TrainingData
+    #: Document id → the text both models see (`title text`).
+    texts: dict[str, str]
+    device: str
+
+
+def open_run(role: str, options: FinetuneOptions, settings: Settings) -> OpenedRun | None:
+    """Start or resume the run in `--output`, split the queries and mine negatives with the
+    configured embedder, and seed everything. None when the folder holds a finished run."""
+    from transformers import set_seed
+
+    if not start_run(role, options):
+        print(
+            f"{options.output} holds a finished run; its model is {options.output / MODEL_FOLDER}"
+        )
+        return None
+    dataset, held_out = load_dataset(options)
+    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    data = prepare_data(dataset, held_out, embedder, options)
+    set_seed(options.seed)
+    return OpenedRun(
+        dataset=dataset,
+        data=data,
+        texts={doc_id: doc.passage for doc_id, doc in dataset.corpus.items()},
+        device=resolve_placement(settings.device, settings.dtype).device,
+    )
+
+
+def train_and_report(
+    role: str,
+    run: OpenedRun,
+    options: FinetuneOptions,
+    *,
+    trainer: Any,
+    baseline: dict[str, float],
+    examples: int,
+    details: dict[str, Any],
+) -> Path:
+    """Train (from the latest checkpoint, if any), save the kept model and write the report."""
+    model_folder = options.output / MODEL_FOLDER
+    seconds = timed(lambda: trainer.train(resume_from_checkpoint=last_checkpoint(options)))
+    trainer.model.save_pretrained(str(model_folder))
+    outcome = TrainingOutcome(
+        log_history=list(trainer.state.log_history),
+        best_checkpoint=trainer.state.best_model_checkpoint,
+        best_metric=trainer.state.best_metric,
+        baseline=baseline,
+        seconds=add_seconds(options, seconds),
+        examples=examples,
+        details=details,
+    )
+    for path in write_report(
+        role,
+        options=options,
+        dataset=run.dataset,
+        data=run.data,
+        outcome=outcome,
+        device=run.device,
+    ):
+        print(f"wrote {path}")
+    setting = env_name("rerank_model" if role == "reranker" else "embed_model")
+    print(f"model: {model_folder} (serve it with {setting}={model_folder})")
+    return model_folder
 
 
 def add_seconds(options: FinetuneOptions, seconds: float) -> float:
