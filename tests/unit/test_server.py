@@ -241,16 +241,41 @@ async def test_concurrent_searches_share_reranker_batches(indexed_services):
     assert mixed, "pairs of different requests were scored in one forward pass"
 
 
+class HeldScorer(FakeScorer):
+    """Holds each forward pass until released, so a test controls what is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def score_pairs(self, pairs):
+        self.started.set()
+        self.release.wait(timeout=30)
+        return super().score_pairs(pairs)
+
+
+async def _until(condition, timeout_s: float = 30.0) -> None:
+    """Wait on the event loop until `condition()` holds (no fixed sleeps: CI may be slow)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.01)
+
+
 async def test_a_full_rerank_queue_answers_429_with_retry_after(indexed_services):
-    services = _with_scorer(indexed_services, SlowScorer())
+    scorer = HeldScorer()
+    services = _with_scorer(indexed_services, scorer)
     app = create_app(Settings(queue_size=5, batch_wait_ms=0), services=services)
     body = {"query": "river", "top_k": 5, "candidates": 5}
     async with concurrent_client(app) as client:
         first = asyncio.create_task(client.post("/v1/search", json=body))
-        await asyncio.sleep(0.2)  # its 5 pairs are in the worker now
+        await _until(scorer.started.is_set)  # its 5 pairs are in the worker now
         second = asyncio.create_task(client.post("/v1/search", json=body))
-        await asyncio.sleep(0.1)  # its 5 pairs fill the queue
+        engine = app.state.search_service.score_engine
+        await _until(lambda: engine.queue_depth == 5)  # its 5 pairs fill the queue
         refused = await client.post("/v1/search", json=body)
+        scorer.release.set()
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
         assert refused.json()["error"]["code"] == "queue_full"
