@@ -198,12 +198,6 @@ async def test_an_unreachable_store_means_503_and_not_ready():
         store.close()
 
 
-class SlowScorer(FakeScorer):
-    def score_pairs(self, pairs):
-        time.sleep(0.5)
-        return super().score_pairs(pairs)
-
-
 class DyingScorer(FakeScorer):
     def score_pairs(self, pairs):
         raise ModelFailedError("CUDA error: an illegal memory access was encountered")
