@@ -549,13 +549,24 @@ def _markdown(report: Mapping[str, Any]) -> str:
         else "No validation pass ran; the model is the last step's.",
         "",
         f"Serve it with `{setting}={report['model']}`; measure it on the held-out split with "
-        f"`{setting}={report['model']} ragrank eval --dataset {report['options']['dataset']} "
-        f"--split {report['options']['held_out_split']}`.",
+        f"`{_eval_command(report)}`.",
         "",
         "![loss and validation NDCG@10](training.png)",
         "",
     ]
     return "\n".join(lines)
+
+
+def _eval_command(report: Mapping[str, Any]) -> str:
+    """The `ragrank eval` that compares the fine-tuned model with what it replaces."""
+    options = report["options"]
+    command = f"ragrank eval --dataset {options['dataset']} --split {options['held_out_split']}"
+    if report["role"] == "reranker":
+        return f"RAGRANK_RERANK_MODEL={report['model']} {command} --systems cosine,reranked"
+    return (
+        f"{command} --systems cosine --embed-model {report['model']} "
+        f"--baseline-embed-model {options['base']}"
+    )
 
 
 def _plot(

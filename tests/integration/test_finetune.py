@@ -211,6 +211,7 @@ def test_the_fine_tuned_embedder_keeps_its_prefixes(
     assert report["query_prefix"] == "query: "
     assert report["training_examples"] == 24
     assert report["validation_by_epoch"]
+    assert f"--baseline-embed-model {tiny_embedder_path}" in (output / "report.md").read_text()
 
 
 def test_the_listwise_loss_trains_one_list_per_query(
