@@ -12,6 +12,7 @@ import numpy as np
 
 from eval.beir import BeirDataset, Qrels
 from eval.exact import ExactIndex
+from eval.runs import exact_run
 from ragrank.errors import DocumentError
 from ragrank.models import Vectors
 
@@ -79,11 +80,8 @@ def ranked_candidates(
     depth: int,
 ) -> dict[str, list[str]]:
     """Each query's exact cosine top-`depth` document ids, best first."""
-    _, rows = index.search(query_vectors, depth)
-    return {
-        qid: [doc_ids[row] for row in q_rows if row >= 0]
-        for qid, q_rows in zip(query_ids, rows, strict=True)
-    }
+    run = exact_run(index, query_ids, query_vectors, doc_ids, depth)
+    return {qid: list(ranking) for qid, ranking in run.items()}
 
 
 def mine_hard_negatives(
