@@ -114,8 +114,7 @@ def evaluate_dataset(
         queries=queries,
     )
     timings = result.timings
-    corpus_file = next(name for name in dataset.checksums if name.startswith("corpus"))
-    key = _corpus_key(embedder, dataset.checksums[corpus_file])
+    key = corpus_key(embedder, dataset)
     start = time.perf_counter()
     vectors, cached = corpus_vectors(
         embedder, doc_ids, [passages[d] for d in doc_ids], key, options
@@ -137,7 +136,7 @@ def evaluate_dataset(
             baseline_embedder,
             doc_ids,
             [passages[d] for d in doc_ids],
-            _corpus_key(baseline_embedder, dataset.checksums[corpus_file]),
+            corpus_key(baseline_embedder, dataset),
             options,
         )
         runs[BASELINE_COSINE] = exact_run(
@@ -194,11 +193,13 @@ def evaluate_dataset(
     return result
 
 
-def _corpus_key(embedder: Embedder, corpus_checksum: str) -> str:
+def corpus_key(embedder: Embedder, dataset: BeirDataset) -> str:
+    """The embedding-cache key of `dataset`'s corpus as `embedder` encodes it."""
+    corpus_file = next(name for name in dataset.checksums if name.startswith("corpus"))
     return cache_key(
         model_id=embedder.model_id,
         passage_prefix=embedder.passage_prefix,
-        corpus_checksum=corpus_checksum,
+        corpus_checksum=dataset.checksums[corpus_file],
         max_length=embedder.max_length,
     )
 

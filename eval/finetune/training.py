@@ -17,7 +17,7 @@ import numpy as np
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
 from eval.beir import BeirDataset, load_beir, load_qrels
-from eval.embedding_cache import cache_key, model_fingerprint
+from eval.embedding_cache import model_fingerprint
 from eval.exact import ExactIndex
 from eval.finetune.data import (
     QuerySplit,
@@ -27,7 +27,7 @@ from eval.finetune.data import (
     split_queries,
 )
 from eval.metrics import Run, score_run
-from eval.suite import EvalOptions, corpus_vectors
+from eval.suite import EvalOptions, corpus_key, corpus_vectors
 from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.models import Embedder, SentenceTransformerEmbedder
@@ -187,11 +187,7 @@ def prepare_data(
     embedder: Embedder,
     options: FinetuneOptions,
 ) -> TrainingData:
-    """Split the queries and mine hard negatives with `embedder`, or read back what an
-    interrupted run of the same options fixed, so a resumed run trains on the same data."""
-    path = options.output / DATA_FILE
-    if path.exists():
-        return TrainingData.from_json(json.loads(path.read_text(encoding="utf-8")))
+    """Split the queries, mine hard negatives with `embedder` and save both for a resume."""
     split = split_queries(
         dataset,
         held_out,
@@ -200,18 +196,11 @@ def prepare_data(
     )
     doc_ids = list(dataset.corpus)
     texts = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
-    corpus_file = next(name for name in dataset.checksums if name.startswith("corpus"))
-    key = cache_key(
-        model_id=embedder.model_id,
-        passage_prefix=embedder.passage_prefix,
-        corpus_checksum=dataset.checksums[corpus_file],
-        max_length=embedder.max_length,
-    )
     vectors, _ = corpus_vectors(
         embedder,
         doc_ids,
         [texts[doc_id] for doc_id in doc_ids],
-        key,
+        corpus_key(embedder, dataset),
         EvalOptions(cache_dir=options.cache_dir, progress=options.progress),
     )
     query_ids = [*split.train, *split.validation]
@@ -229,13 +218,13 @@ def prepare_data(
         near_duplicate=options.near_duplicate,
         seed=options.seed,
     )
-    short = sum(len(found) < options.negatives for found in negatives.values())
-    if short == len(negatives) and not any(negatives.values()):
+    if not any(negatives.values()):
         raise DocumentError(
             f"no hard negative was found for any query in the top {options.mine_depth}: every "
             f"candidate is a positive or at least --near-duplicate {options.near_duplicate} "
             "cosine-similar to one; raise --near-duplicate or --mine-depth"
         )
+    short = sum(len(found) < options.negatives for found in negatives.values())
     if short:
         log.warning(
             "%d of %d training queries have fewer than %d hard negatives in the top %d",
@@ -252,8 +241,17 @@ def prepare_data(
         },
         mining_model=model_fingerprint(embedder.model_id),
     )
-    _write_json(path, data.to_json())
+    _write_json(options.output / DATA_FILE, data.to_json())
     return data
+
+
+def saved_data(options: FinetuneOptions) -> TrainingData | None:
+    """What an interrupted run of the same options fixed, so a resumed run trains on the same
+    split and negatives without loading the mining model again."""
+    path = options.output / DATA_FILE
+    if not path.exists():
+        return None
+    return TrainingData.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 class ValidationNdcg(BaseEvaluator):
@@ -341,7 +339,6 @@ class TrainingOutcome:
 
     log_history: list[dict[str, Any]]
     best_checkpoint: str | None
-    best_metric: float | None
     baseline: dict[str, float]
     seconds: float
     examples: int
@@ -370,8 +367,9 @@ def open_run(role: str, options: FinetuneOptions, settings: Settings) -> OpenedR
         )
         return None
     dataset, held_out = load_dataset(options)
-    embedder = SentenceTransformerEmbedder.from_settings(settings)
-    data = prepare_data(dataset, held_out, embedder, options)
+    data = saved_data(options) or prepare_data(
+        dataset, held_out, SentenceTransformerEmbedder.from_settings(settings), options
+    )
     set_seed(options.seed)
     return OpenedRun(
         dataset=dataset,
@@ -398,7 +396,6 @@ def train_and_report(
     outcome = TrainingOutcome(
         log_history=list(trainer.state.log_history),
         best_checkpoint=trainer.state.best_model_checkpoint,
-        best_metric=trainer.state.best_metric,
         baseline=baseline,
         seconds=add_seconds(options, seconds),
         examples=examples,
