@@ -135,13 +135,24 @@ def build_workload(
     passages = [f"{d.title} {d.text}".strip() for d in dataset.corpus.values()]
     built: list[tuple[str, list[str]]] = []
     lengths: list[int] = []
+    specials = scorer.tokens.template.pair_specials
     for _ in range(requests):
         chosen = rng.sample(passages, min(documents, len(passages)))
-        plan = scorer.plan_windows(rng.choice(queries), chosen)
-        firsts = [plan.owners.index(i) for i in range(len(chosen))]
-        built.append((plan.pairs[firsts[0]][0], [plan.pairs[i][1] for i in firsts]))
-        lengths.extend(plan.lengths[i] for i in firsts)
+        query = rng.choice(queries)
+        plan = scorer.plan_windows(query, chosen)
+        window = scorer.max_length - specials - plan.query_tokens
+        # Two tokens of margin: cut text can tokenise slightly differently at its edge.
+        cut = [_first_tokens(scorer, doc, window - 2) for doc in chosen]
+        fitted = scorer.plan_windows(query, cut)
+        built.append((query, cut))
+        lengths.extend(fitted.lengths)
     return Workload(requests=built, lengths=lengths)
+
+
+def _first_tokens(scorer: CrossEncoderScorer, text: str, count: int) -> str:
+    """`text` up to the end of its `count`-th token."""
+    spans = scorer.tokens.spans([text])[0]
+    return text if len(spans) <= count else text[: spans[max(count, 1) - 1][1]]
 
 
 def measure_ceiling(
@@ -154,7 +165,7 @@ def measure_ceiling(
 ) -> tuple[RunResult, dict[int, float]]:
     """The model alone: pairs sorted by length, every batch size timed on a sample, the best
     then timed on all pairs."""
-    lengths = scorer.pair_lengths(pairs)
+    lengths = [len(item) for item in scorer.tokens.pairs(pairs)]
     sample = random.Random(seed).sample(range(len(pairs)), min(sweep_pairs, len(pairs)))
 
     def timed(indices: Sequence[int], batch_size: int) -> float:

@@ -5,6 +5,8 @@ exact cosine (faiss), the cross-encoder over cosine's top candidates, and ANN se
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -12,8 +14,9 @@ from tqdm import tqdm
 from eval.exact import ExactIndex
 from eval.metrics import Run
 from ragrank.documents import Chunk, Document
-from ragrank.models import Pair, Scorer, Vectors
+from ragrank.models import Scorer, Vectors
 from ragrank.store import QdrantStore
+from ragrank.tokens import ModelInput
 
 
 def exact_run(
@@ -55,26 +58,41 @@ def rerank_run(
     long documents by their best window as the server does. Ranks after `candidates` keep the
     first stage's order below the reranked ones, so Recall@100 stays comparable.
 
-    Pairs from all queries are scored together in length-sorted batches (padding is the main
-    waste of a cross-encoder batch), within `batch_size` pairs and `batch_tokens` padded tokens.
+    Inputs come from the server's own path: each query and document tokenised once, windows cut
+    from ids (`plan_windows`), then `collate` and `forward`. Pairs from all queries are scored
+    together in length-sorted batches (padding is the main waste of a cross-encoder batch),
+    within `batch_size` pairs and `batch_tokens` tokens (real ones when the scorer packs).
+    The next batch is collated on a host thread while the current one runs.
     Returns the run and the number of (query, window) pairs scored.
     """
     first_order = {qid: ranked(first_stage.get(qid, {})) for qid in queries}
-    pairs: list[Pair] = []
-    lengths: list[int] = []
+    inputs: list[ModelInput] = []
     owners: list[tuple[str, str]] = []
     for qid, query in queries.items():
         doc_ids = first_order[qid][:candidates]
         plan = scorer.plan_windows(query, [passages[doc_id] for doc_id in doc_ids])
-        pairs.extend(plan.pairs)
-        lengths.extend(plan.lengths)
+        inputs.extend(plan.inputs)
         owners.extend((qid, doc_ids[owner]) for owner in plan.owners)
 
-    logits = np.empty(len(pairs), dtype=np.float32)
-    order = sorted(range(len(pairs)), key=lengths.__getitem__)
-    with tqdm(total=len(pairs), desc="reranking", unit="pair", disable=not progress) as bar:
-        for batch in _batches(order, lengths, batch_size, batch_tokens):
-            logits[batch] = scorer.score_pairs([pairs[i] for i in batch])
+    lengths = [len(item) for item in inputs]
+    logits = np.empty(len(inputs), dtype=np.float32)
+    order = sorted(range(len(inputs)), key=lengths.__getitem__)
+    batches = list(_batches(order, lengths, batch_size, batch_tokens, packed=scorer.packed))
+    with (
+        tqdm(total=len(inputs), desc="reranking", unit="pair", disable=not progress) as bar,
+        ThreadPoolExecutor(1, thread_name_prefix="ragrank-host") as host,
+    ):
+
+        def collate(batch: list[int]) -> Future[Any]:
+            return host.submit(scorer.collate, [inputs[i] for i in batch])
+
+        ahead = collate(batches[0]) if batches else None
+        for index, batch in enumerate(batches):
+            assert ahead is not None
+            ready = ahead.result()
+            if index + 1 < len(batches):
+                ahead = collate(batches[index + 1])
+            logits[batch] = scorer.forward(ready)
             bar.update(len(batch))
 
     best: dict[str, dict[str, float]] = {qid: {} for qid in queries}
@@ -84,20 +102,24 @@ def rerank_run(
         rest = first_order[qid][candidates:]
         floor = min(scores.values(), default=0.0)
         scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
-    return best, len(pairs)
+    return best, len(inputs)
 
 
 def _batches(
-    order: Sequence[int], lengths: Sequence[int], size: int, tokens: int
+    order: Sequence[int], lengths: Sequence[int], size: int, tokens: int, *, packed: bool
 ) -> Iterator[list[int]]:
-    """Consecutive runs of `order` (ascending length) within both limits; padded cost is the
-    longest (last) pair's length times the batch's size."""
+    """Consecutive runs of `order` (ascending length) within both limits; the cost is the
+    sum of lengths when packed, else the longest (last) pair's length times the batch's size."""
     batch: list[int] = []
+    total = 0
     for index in order:
-        if batch and (len(batch) + 1 > size or lengths[index] * (len(batch) + 1) > tokens):
+        grown = len(batch) + 1
+        cost = total + lengths[index] if packed else lengths[index] * grown
+        if batch and (grown > size or cost > tokens):
             yield batch
-            batch = []
+            batch, total = [], 0
         batch.append(index)
+        total += lengths[index]
     if batch:
         yield batch
 

@@ -18,21 +18,26 @@ class Placement:
 
 
 def resolve_placement(device: str = "auto", dtype: str = "auto") -> Placement:
-    """`auto` picks CUDA with fp16 when present, else the CPU in fp32."""
+    """`auto` picks CUDA when present, in bf16 (fp16 on GPUs without bf16), else the CPU in
+    fp32."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SettingsError(f"RAGRANK_DEVICE={device} but CUDA is not available here")
     if dtype == "auto":
-        return Placement(device, torch.float16 if device.startswith("cuda") else torch.float32)
+        if not device.startswith("cuda"):
+            return Placement(device, torch.float32)
+        half = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return Placement(device, half)
     if dtype not in _DTYPES:
         raise SettingsError(f"RAGRANK_DTYPE must be one of auto, {', '.join(_DTYPES)}")
     return Placement(device, _DTYPES[dtype])
 
 
 def batch_limits(placement: Placement, size: int = 0, tokens: int = 0) -> tuple[int, int]:
-    """(items, padded tokens) per forward pass; 0 means the device's default. A GPU wants
-    large batches to stay busy; on two CPU cores 16 pairs per batch reranked 50 candidates in
-    1.07 s against 1.27 s with 32 (`python -m eval.bench_query`, README)."""
+    """(items, tokens) per forward pass; 0 means the device's default. Tokens are padded ones,
+    or real ones when batches are packed. A GPU wants large batches to stay busy (32k tokens:
+    `make bench-gpu` sweeps the budget); on two CPU cores 16 pairs per batch reranked 50
+    candidates in 1.07 s against 1.27 s with 32 (`python -m eval.bench_query`, README)."""
     gpu = placement.device.startswith("cuda")
-    return size or (128 if gpu else 16), tokens or (65_536 if gpu else 8_192)
+    return size or (256 if gpu else 16), tokens or (32_768 if gpu else 8_192)

@@ -2,53 +2,52 @@
 
 Each role is a small Protocol so the server, the indexer and the tests can swap in fakes; the real
 implementations load through sentence-transformers, by hub id or local folder.
+
+Work is split by thread, so the server can overlap it: tokenising, planning and collating
+(`encode_texts`, `plan_windows`, `collate`) run on host threads, each with its own tokenizer
+copy; `forward` runs on the model's thread and never tokenises.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F  # noqa: N812
 from numpy.typing import NDArray
 
 from ragrank.device import Placement, batch_limits, resolve_placement
-from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError
+from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
+from ragrank.packing import (
+    ATTENTION,
+    Batch,
+    PackedBatch,
+    collate_packed,
+    collate_padded,
+    first_position,
+    first_rows,
+    packed_hidden,
+    packing_family,
+    register_attention,
+    resolve_varlen_backend,
+    segment_mean,
+)
 from ragrank.quantization import Agreement, calibration_groups, checked_agreement, quantize_int8
 from ragrank.settings import Settings, env_name
+from ragrank.tokens import DEFAULT_WINDOWS_PER_DOC, ModelInput, Tokens, TokenSpans, WindowPlan
+
+__all__ = ["DEFAULT_WINDOWS_PER_DOC", "ModelInput", "TokenSpans", "WindowPlan"]
 
 log = logging.getLogger(__name__)
 
 Vectors = NDArray[np.float32]
-TokenSpans = list[tuple[int, int]]
 Pair = tuple[str, str]
-
-#: Documents longer than this many model windows are cut, unless a request says otherwise.
-DEFAULT_WINDOWS_PER_DOC = 8
-
-
-@dataclass(frozen=True)
-class WindowPlan:
-    """The (query, window) pairs to score for a list of documents, each fitting the model."""
-
-    pairs: list[Pair]
-    #: The document index each pair belongs to; a document scores its best window.
-    owners: list[int]
-    #: Tokens of each pair, special tokens included: the batching engine needs them, so the
-    #: pairs are not tokenised a second time.
-    lengths: list[int]
-
-    @property
-    def tokens(self) -> int:
-        """Tokens the model will read."""
-        return sum(self.lengths)
 
 
 class Embedder(Protocol):
@@ -60,21 +59,27 @@ class Embedder(Protocol):
     max_length: int
     query_prefix: str
     passage_prefix: str
+    #: Whether batches are packed without padding (the token budget then counts real tokens).
+    packed: bool
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors: ...
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors: ...
 
-    def text_lengths(self, texts: Sequence[str]) -> list[int]:
-        """Tokens each text (prefix already applied) takes, capped at `max_length`."""
-        ...
-
-    def embed_batch(self, texts: Sequence[str]) -> Vectors:
-        """One forward pass over texts whose prefixes are already applied."""
-        ...
-
     def token_spans(self, text: str) -> TokenSpans:
         """Character (start, end) of each token of `text`, special tokens excluded."""
+        ...
+
+    def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
+        """Inputs for texts whose prefixes are already applied, cut at `max_length`."""
+        ...
+
+    def collate(self, inputs: Sequence[ModelInput]) -> Any:
+        """A batch ready for `forward` (host thread)."""
+        ...
+
+    def forward(self, batch: Any) -> Vectors:
+        """One forward pass over a collated batch (model thread)."""
         ...
 
 
@@ -82,15 +87,12 @@ class Scorer(Protocol):
     """A cross-encoder: one relevance logit per (query, passage) pair."""
 
     model_id: str
+    packed: bool
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]: ...
 
-    def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        """Tokens each pair takes, special tokens included, capped at the model's limit."""
-        ...
-
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
-        """One forward pass: the float32 logit of each pair."""
+        """The float32 logit of each text pair, cut to fit the model, in one forward pass."""
         ...
 
     def plan_windows(
@@ -98,6 +100,14 @@ class Scorer(Protocol):
     ) -> WindowPlan:
         """Split each document (cut at `max_tokens_per_doc`) into overlapping windows that fit
         the model together with the query, which is capped at a quarter of the budget."""
+        ...
+
+    def collate(self, inputs: Sequence[ModelInput]) -> Any:
+        """A batch ready for `forward` (host thread)."""
+        ...
+
+    def forward(self, batch: Any) -> NDArray[np.float32]:
+        """One forward pass over a collated batch: the float32 logit of each input."""
         ...
 
 
@@ -113,33 +123,6 @@ def _device_errors() -> Iterator[None]:
         if "CUDA error" in str(exc):
             raise ModelFailedError(f"the model can no longer run: {exc}") from exc
         raise
-
-
-class _SideTokenizer:
-    """A private, locked copy of a model's tokenizer for work outside the model's thread
-    (planning windows, counting tokens). A Rust fast tokenizer must not serve two threads at
-    once: calls with different truncation or padding settings fail with "Already borrowed"."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = copy.deepcopy(tokenizer)
-        # Planning reads whole documents on purpose; every call that must fit the model passes
-        # `max_length` itself, so the "longer than the maximum" warning would only mislead.
-        self._tokenizer.model_max_length = 1 << 30
-        self._lock = threading.Lock()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return self._tokenizer(*args, **kwargs)
-
-
-def _token_spans(tokenizer: Any, texts: Sequence[str]) -> list[TokenSpans]:
-    """Character (start, end) of each token of each text, special tokens excluded."""
-    if not texts:
-        return []
-    encoded = tokenizer(
-        list(texts), add_special_tokens=False, return_offsets_mapping=True, truncation=False
-    )
-    return [[(int(s), int(e)) for s, e in spans] for spans in encoded["offset_mapping"]]
 
 
 def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
@@ -182,6 +165,83 @@ def load_model(role: str, model_id: str, setting: str, loader: Callable[[str], _
         ) from exc
 
 
+def resolve_packed(setting: str, placement: Placement) -> bool:
+    """`auto` packs on CUDA (padding-free, varlen attention) and pads on the CPU, where the
+    padded forward measured faster (README, performance)."""
+    if setting not in ("auto", "on", "off"):
+        raise SettingsError(f"{env_name('packed')} must be one of auto, on, off")
+    if setting == "auto":
+        return placement.device.startswith("cuda")
+    return setting == "on"
+
+
+class _Runner:
+    """What both roles share: a transformers model fed ids through `Tokens`, collated padded
+    or packed, run under `inference_mode` with device errors translated."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokens: Tokens,
+        placement: Placement,
+        *,
+        packed: str,
+        varlen: str,
+        role: str,
+        model_id: str,
+        can_pack: bool = True,
+    ) -> None:
+        register_attention()
+        model.set_attn_implementation(ATTENTION)
+        self.tokens = tokens
+        self.device = placement.device
+        self.config = model.config
+        self.family = packing_family(model.config)
+        wanted = resolve_packed(packed, placement)
+        self.packed = wanted and can_pack and self.family is not None
+        if wanted and not self.packed:
+            log.warning(
+                "%s model %r: no packed forward for its architecture (%s); using padded batches",
+                role,
+                model_id,
+                getattr(model.config, "model_type", "unknown"),
+            )
+        self.varlen = resolve_varlen_backend(varlen, placement.device, placement.dtype)
+        self._pin = placement.device.startswith("cuda")
+        # One forward at a time: the API's engine and an in-process indexing worker may share it.
+        self.lock = threading.Lock()
+
+    def collate(self, inputs: Sequence[ModelInput]) -> Batch:
+        uses_types = self.tokens.template.uses_types
+        if self.packed:
+            return collate_packed(
+                inputs,
+                first_position=first_position(self.config),
+                uses_types=uses_types,
+                pin=self._pin,
+            )
+        return collate_padded(
+            inputs, pad_id=self.tokens.pad_id, uses_types=uses_types, pin=self._pin
+        )
+
+    def features(self, batch: Batch) -> dict[str, torch.Tensor]:
+        assert not isinstance(batch, PackedBatch)
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.features.items()}
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        with _device_errors(), self.lock, torch.inference_mode():
+            yield
+
+
+def _sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[int]]:
+    """Indices in ascending length, `size` at a time: little padding for callers that batch
+    a whole list themselves."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    for start in range(0, len(order), size):
+        yield order[start : start + size]
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers bi-encoder with role prefixes and normalised output."""
 
@@ -193,6 +253,8 @@ class SentenceTransformerEmbedder:
         passage_prefix: str,
         placement: Placement,
         batch_size: int = 32,
+        packed: str = "off",
+        varlen: str = "auto",
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -202,6 +264,7 @@ class SentenceTransformerEmbedder:
             )
 
         self._model = load_model("embedding", model_id, env_name("embed_model"), loader)
+        self._model.eval()
         self.model_id = model_id
         dimension = self._model.get_embedding_dimension()
         if dimension is None:
@@ -214,9 +277,21 @@ class SentenceTransformerEmbedder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self._batch_size = batch_size
-        self._side = _SideTokenizer(self._model.tokenizer)
-        # The API's engine and an in-process indexing worker may both embed.
-        self._encode_lock = threading.Lock()
+        self.tokens = Tokens(self._model.tokenizer, self.max_length)
+        modules = list(self._model)
+        self._pooling = _packable_pooling(modules)
+        self._normalize_in_model = any(type(m).__name__ == "Normalize" for m in modules)
+        self._runner = _Runner(
+            modules[0].auto_model,
+            self.tokens,
+            placement,
+            packed=packed,
+            varlen=varlen,
+            role="embedding",
+            model_id=model_id,
+            can_pack=self._pooling is not None,
+        )
+        self.packed = self._runner.packed
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
@@ -226,6 +301,8 @@ class SentenceTransformerEmbedder:
             passage_prefix=settings.passage_prefix or "",
             placement=(placement := resolve_placement(settings.device, settings.dtype)),
             batch_size=batch_limits(placement, settings.embed_batch_size)[0],
+            packed=settings.packed,
+            varlen=settings.varlen_attention,
         )
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
@@ -235,34 +312,63 @@ class SentenceTransformerEmbedder:
         return self._encode([self.passage_prefix + t for t in texts])
 
     def token_spans(self, text: str) -> TokenSpans:
-        return _token_spans(self._side, [text])[0]
+        return self.tokens.spans([text])[0]
 
-    def text_lengths(self, texts: Sequence[str]) -> list[int]:
-        encoded = self._side(list(texts), truncation=True, max_length=self.max_length)
-        return [len(ids) for ids in encoded["input_ids"]]
+    def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
+        return self.tokens.texts(texts)
 
-    def embed_batch(self, texts: Sequence[str]) -> Vectors:
-        return self._encode(list(texts), batch_size=max(len(texts), 1))
+    def collate(self, inputs: Sequence[ModelInput]) -> Batch:
+        return self._runner.collate(inputs)
 
-    def _encode(self, texts: list[str], batch_size: int | None = None) -> Vectors:
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        with _device_errors(), self._encode_lock:
-            vectors = self._model.encode(
-                texts,
-                batch_size=batch_size or self._batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32)
+    def forward(self, batch: Any) -> Vectors:
+        with self._runner.running():
+            if isinstance(batch, PackedBatch):
+                hidden = packed_hidden(
+                    self._runner_model, batch, self._runner.device, self._runner.varlen
+                )
+                pooled = (
+                    segment_mean(hidden, batch)
+                    if self._pooling == "mean"
+                    else first_rows(hidden, batch).float()
+                )
+            else:
+                pooled = self._model.forward(self._runner.features(batch))["sentence_embedding"]
+            vectors = F.normalize(pooled.float(), dim=-1)
+        return np.asarray(vectors.cpu().numpy(), dtype=np.float32)
+
+    @property
+    def _runner_model(self) -> torch.nn.Module:
+        modules: Any = self._model
+        model: torch.nn.Module = modules[0].auto_model
+        return model
+
+    def _encode(self, texts: list[str]) -> Vectors:
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        inputs = self.encode_texts(texts)
+        for batch in _sorted_batches([len(i) for i in inputs], self._batch_size):
+            vectors[batch] = self.forward(self.collate([inputs[i] for i in batch]))
+        return vectors
+
+
+def _packable_pooling(modules: Sequence[Any]) -> str | None:
+    """`mean` or `cls` when the model is Transformer + Pooling (+ Normalize) with a pooling
+    the packed forward reproduces; else None (padded batches through sentence-transformers)."""
+    names = [type(m).__name__ for m in modules]
+    if names[:2] != ["Transformer", "Pooling"] or any(n != "Normalize" for n in names[2:]):
+        return None
+    pooling = modules[1]
+    mode = getattr(pooling, "pooling_mode", None)
+    if mode not in ("mean", "cls") or not getattr(pooling, "include_prompt", True):
+        return None
+    return str(mode)
 
 
 class CrossEncoderScorer:
     """A one-logit cross-encoder run batch by batch under `torch.inference_mode()`.
 
-    The forward pass is written out (rather than `CrossEncoder.predict`) so that the logits are
-    read in float32 whatever dtype the model runs in.
+    The forward pass is written out (rather than `CrossEncoder.predict`) so that the model reads
+    ids assembled once, batches can be packed, and logits are read in float32 whatever dtype the
+    model runs in.
     """
 
     def __init__(
@@ -274,6 +380,8 @@ class CrossEncoderScorer:
         max_length: int = 512,
         backend: str = "torch",
         min_agreement: float = 0.9,
+        packed: str = "off",
+        varlen: str = "auto",
     ) -> None:
         from sentence_transformers import CrossEncoder
 
@@ -300,17 +408,24 @@ class CrossEncoderScorer:
             )
         self.model_id = model_id
         model.train(False)
-        self._model: torch.nn.Module = model
-        self._tokenizer = encoder.tokenizer
-        self._side = _SideTokenizer(self._tokenizer)
-        model_limit = int(getattr(self._tokenizer, "model_max_length", max_length) or max_length)
+        self._model: Any = model
+        tokenizer = encoder.tokenizer
+        model_limit = int(getattr(tokenizer, "model_max_length", max_length) or max_length)
         self.max_length = min(max_length, model_limit)
+        self.tokens = Tokens(tokenizer, self.max_length)
+        self._runner = _Runner(
+            model,
+            self.tokens,
+            placement,
+            packed=packed,
+            varlen=varlen,
+            role="reranking",
+            model_id=model_id,
+            can_pack=_has_known_head(model),
+        )
+        self.packed = self._runner.packed
         self._device = placement.device
         self._batch_size = batch_size
-        # Special tokens a pair adds: 4 for XLM-R (<s> q </s></s> d </s>), 3 for BERT.
-        self._special_tokens = len(self._tokenizer("a", "b")["input_ids"]) - len(
-            self._tokenizer("a b", add_special_tokens=False)["input_ids"]
-        )
         #: How the int8 backend ranks against the float model; None on the torch backend.
         self.agreement: Agreement | None = None
         if backend == "int8":
@@ -326,8 +441,8 @@ class CrossEncoderScorer:
         quantized = quantize_int8(self._model)
         agreement = checked_agreement(
             calibration_groups(),
-            lambda pairs: self._forward(self._model, pairs),
-            lambda pairs: self._forward(quantized, pairs),
+            lambda pairs: self._run(self._model, self.collate(self.tokens.pairs(pairs))),
+            lambda pairs: self._run(quantized, self.collate(self.tokens.pairs(pairs))),
         )
         if agreement.mean_spearman < min_agreement:
             raise ModelLoadError(
@@ -348,74 +463,56 @@ class CrossEncoderScorer:
             max_length=settings.rerank_max_length,
             backend=settings.rerank_backend,
             min_agreement=settings.rerank_min_agreement,
+            packed=settings.packed,
+            varlen=settings.varlen_attention,
         )
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
         """Logits for one query against many passages, in length-sorted batches."""
-        logits = np.zeros(len(passages), dtype=np.float32)
-        order = sorted(range(len(passages)), key=lambda i: len(passages[i]))
-        for start in range(0, len(order), self._batch_size):
-            batch = order[start : start + self._batch_size]
-            logits[batch] = self.score_pairs([(query, passages[i]) for i in batch])
+        inputs = self.tokens.pairs([(query, passage) for passage in passages])
+        logits = np.zeros(len(inputs), dtype=np.float32)
+        for batch in _sorted_batches([len(i) for i in inputs], self._batch_size):
+            logits[batch] = self.forward(self.collate([inputs[i] for i in batch]))
         return logits
 
-    def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        encoded = self._encode_pairs(pairs, tensors=False)
-        return [len(ids) for ids in encoded["input_ids"]]
-
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
-        return self._forward(self._model, pairs)
-
-    def _forward(self, model: Any, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        features = self._encode_pairs(pairs, tensors=True).to(self._device)
-        with _device_errors(), torch.inference_mode():
-            # Logits leave the model in float32 whatever dtype it runs in.
-            output = model(**features).logits.float().view(-1)
-        return np.asarray(output.cpu().numpy(), dtype=np.float32)
+        return self.forward(self.collate(self.tokens.pairs(pairs)))
 
     def plan_windows(
         self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
     ) -> WindowPlan:
-        budget = self.max_length - self._special_tokens
-        query_offsets = _token_spans(self._side, [query])[0]
-        query_cap = max(1, budget // 4)
-        if len(query_offsets) > query_cap:
-            query = query[: query_offsets[query_cap - 1][1]]
-        query_tokens = min(len(query_offsets), query_cap)
-        # Two tokens of margin: a cut text can tokenise slightly differently at its edges.
-        window = max(1, budget - query_tokens - 2)
-        stride = max(1, window - window // 4)
-        limit = max_tokens_per_doc or window * DEFAULT_WINDOWS_PER_DOC
-        pairs: list[Pair] = []
-        owners: list[int] = []
-        lengths: list[int] = []
-        for index, (document, all_offsets) in enumerate(
-            zip(documents, _token_spans(self._side, documents), strict=True)
-        ):
-            offsets = all_offsets[:limit]
-            start = 0
-            while True:
-                piece = offsets[start : start + window]
-                text = document[piece[0][0] : piece[-1][1]] if piece else ""
-                pairs.append((query, text))
-                owners.append(index)
-                lengths.append(len(piece) + query_tokens + self._special_tokens)
-                if start + window >= len(offsets):
-                    break
-                start += stride
-        return WindowPlan(pairs=pairs, owners=owners, lengths=lengths)
+        return self.tokens.plan_windows(query, documents, max_tokens_per_doc)
 
-    def _encode_pairs(self, pairs: Sequence[Pair], *, tensors: bool) -> Any:
-        """Padded tensors for a forward pass (the model's own thread, its own tokenizer), or
-        token ids for counting (any thread, the side tokenizer)."""
-        tokenizer = self._tokenizer if tensors else self._side
-        return tokenizer(
-            [query for query, _ in pairs],
-            [passage for _, passage in pairs],
-            padding=tensors,
-            truncation="longest_first",
-            max_length=self.max_length,
-            return_tensors="pt" if tensors else None,
-        )
+    def collate(self, inputs: Sequence[ModelInput]) -> Batch:
+        return self._runner.collate(inputs)
+
+    def forward(self, batch: Any) -> NDArray[np.float32]:
+        return self._run(self._model, batch)
+
+    def _run(self, model: Any, batch: Batch) -> NDArray[np.float32]:
+        with self._runner.running():
+            if isinstance(batch, PackedBatch):
+                base = model.base_model
+                hidden = packed_hidden(base, batch, self._device, self._runner.varlen)
+                rows = first_rows(hidden, batch)[:, None, :]
+                if self._runner.family == "bert":
+                    rows = base.pooler(rows)
+                output = model.classifier(rows)
+            else:
+                output = model(**self._runner.features(batch)).logits
+            # Logits leave the model in float32 whatever dtype it runs in.
+            logits = output.float().view(-1)
+        return np.asarray(logits.cpu().numpy(), dtype=np.float32)
+
+
+def _has_known_head(model: Any) -> bool:
+    """Whether the packed forward can apply this classifier's head: BERT's pooler + linear
+    classifier, or XLM-R's classification head on the first token."""
+    name = type(model).__name__
+    return name in (
+        "BertForSequenceClassification",
+        "XLMRobertaForSequenceClassification",
+        "RobertaForSequenceClassification",
+    )

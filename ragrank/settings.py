@@ -94,6 +94,14 @@ class Settings:
     rerank_backend: str = "torch"
     #: Least mean per-query Spearman correlation with the float scores that `int8` must reach.
     rerank_min_agreement: float = 0.9
+    #: `on` packs each batch's sequences into one row without padding and runs varlen
+    #: attention (BERT and XLM-R families); `auto` packs on CUDA only (see `ragrank/packing.py`).
+    packed: str = "auto"
+    #: The varlen attention kernel of packed batches: auto, flash-attn, torch or sdpa.
+    varlen_attention: str = "auto"
+    #: Host threads that tokenise, plan windows and collate batches, each with its own
+    #: tokenizer copy; 0 means one per core but one, at least 1.
+    tokenizer_threads: int = 0
     #: How queued items become batches: sorted, arrival or request (see `server/batching.py`).
     batching: str = "sorted"
     #: How long the batching engine waits for concurrent requests to join a batch.
@@ -172,6 +180,7 @@ class Settings:
             "rerank_batch_size",
             "rerank_batch_tokens",
             "batch_wait_ms",
+            "tokenizer_threads",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{env_name(name)} must be 0 (automatic) or more")
@@ -194,6 +203,8 @@ class Settings:
             raise SettingsError(f"{env_name('port')} must be between 1 and 65535")
         choices = {
             "rerank_backend": ("torch", "int8"),
+            "packed": ("auto", "on", "off"),
+            "varlen_attention": ("auto", "flash-attn", "torch", "sdpa"),
             "batching": BATCHINGS,
             "dtype": ("auto", "float32", "float16", "bfloat16"),
             "log_format": LOG_FORMATS,
@@ -204,6 +215,15 @@ class Settings:
                 raise SettingsError(f"{env_name(name)} must be one of {', '.join(allowed)}")
         if not -1.0 <= self.rerank_min_agreement <= 1.0:
             raise SettingsError(f"{env_name('rerank_min_agreement')} must be between -1 and 1")
+
+    @property
+    def host_threads(self) -> int:
+        """Threads of the host pool: the setting, or one per core but one (at least 1)."""
+        if self.tokenizer_threads:
+            return self.tokenizer_threads
+        affinity = getattr(os, "sched_getaffinity", None)
+        cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+        return max(1, cores - 1)
 
     @property
     def watch_folders(self) -> tuple[Path, ...]:

@@ -1,12 +1,17 @@
 """One batching engine per model, shared by every request.
 
-A request's items go on a bounded queue with an event-loop future. One consumer task waits a
-short window for more work, sorts what it took by token length, cuts it into batches under a
-padded-token budget and a size cap, and runs each batch in the model's dedicated thread. Items
-from concurrent requests share batches; each result goes back to its request and position.
+A request's items (token ids, tokenised once on a host thread) go on a bounded queue with an
+event-loop future. One consumer task waits a short window for more work, sorts what it took by
+token length, and cuts it into batches under a token budget (padded tokens, or real tokens when
+the model packs its batches) and a size cap. Items from concurrent requests share batches; each
+result goes back to its request and position.
 
-The engine knows nothing of torch: the model side is two callables, `lengths` (run in a
-tokenizer thread, off the event loop) and `run` (one forward pass, in the worker thread).
+Host work overlaps the model: while batch N runs in the model's thread, batch N+1 is collated on
+the host pool and queued right behind it, so the model thread goes from one forward pass to the
+next without waiting for the event loop, and results are handed back meanwhile.
+
+The engine knows nothing of torch: the model side is two callables, `collate` (items into a
+batch, on the host pool) and `run` (one forward pass, in the model's thread).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -38,8 +43,12 @@ log = logging.getLogger(__name__)
 BatchPolicy = Literal["sorted", "arrival", "request"]
 
 Item = TypeVar("Item")
+Collated = TypeVar("Collated")
 Output = TypeVar("Output")
 Prepared = TypeVar("Prepared")
+
+#: Batches collated or running at once: one in the model, the next queued behind it.
+PREFETCH_DEPTH = 2
 
 
 @dataclass(frozen=True)
@@ -86,23 +95,34 @@ class EngineLimits:
     max_queue_items: int = 4096
     timeout_s: float = 60.0
     policy: BatchPolicy = "sorted"
+    #: The model packs batches without padding: the budget counts real tokens.
+    packed: bool = False
 
 
 @dataclass(eq=False)
-class BatchEngine(Generic[Item, Output]):
+class BatchEngine(Generic[Item, Collated, Output]):
     """Batches items of concurrent requests for one model."""
 
     name: str
-    lengths: Callable[[Sequence[Item]], list[int]]
-    run: Callable[[Sequence[Item]], Sequence[Output]]
+    collate: Callable[[Sequence[Item]], Collated]
+    run: Callable[[Collated], Sequence[Output]]
     limits: EngineLimits
+    #: An item's tokens (model inputs know their length).
+    length: Callable[[Any], int] = len
+    #: The host pool for tokenising and collating; the engine makes its own (one thread) if
+    #: none is given, and then shuts it down on `stop`.
+    pool: Executor | None = None
     on_batch: list[Callable[[BatchStats], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._queue: deque[_Work[Item]] = deque()
         self._wakeup = asyncio.Event()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}")
-        self._tokenizer = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-tok")
+        self._own_pool = self.pool is None
+        self._host: Executor = self.pool or ThreadPoolExecutor(
+            1, thread_name_prefix=f"ragrank-{self.name}-host"
+        )
+        #: Work taken off the queue and not yet answered: formed, collating or running.
         self._window: list[_Work[Item]] = []
         self._consumer: asyncio.Task[None] | None = None
         self._stopping = False
@@ -131,41 +151,32 @@ class BatchEngine(Generic[Item, Output]):
                 self._consumer.cancel()
         self._fail_queued(EngineUnavailableError(f"the {self.name} engine has stopped"))
         self._worker.shutdown(wait=False, cancel_futures=True)
-        self._tokenizer.shutdown(wait=False, cancel_futures=True)
+        if self._own_pool:
+            self._host.shutdown(wait=False, cancel_futures=True)
 
     async def prepare(self, function: Callable[..., Prepared], *args: Any) -> Prepared:
-        """Run CPU-side preparation of a request (tokenising, planning) on the engine's
-        tokenizer thread, off the event loop."""
+        """Run host-side preparation of a request (tokenising, planning) on the host pool,
+        off the event loop."""
         self._check_accepting()
-        return await asyncio.get_running_loop().run_in_executor(self._tokenizer, function, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._host, function, *args)
 
     async def submit(
-        self,
-        items: Sequence[Item],
-        *,
-        lengths: Sequence[int] | None = None,
-        timeout_s: float | None = None,
+        self, items: Sequence[Item], *, timeout_s: float | None = None
     ) -> list[Output]:
-        """Queue `items`, wait for all their outputs, return them in order. `lengths` (token
-        counts) saves tokenising items whose caller already did; `timeout_s` (default: the
-        engine's) bounds the wait, and on expiry the items still queued are dropped."""
+        """Queue `items` (each sized by its tokens), wait for all their outputs, return them in
+        order. `timeout_s` (default: the engine's) bounds the wait, and on expiry the items still
+        queued are dropped."""
         timeout = self.limits.timeout_s if timeout_s is None else timeout_s
         self._check_accepting()
         if not items:
             return []
         self._check_room(len(items))
         loop = asyncio.get_running_loop()
-        if lengths is None:
-            lengths = await loop.run_in_executor(self._tokenizer, self.lengths, items)
-        # Checked again: other requests may have filled the queue while this one was tokenised.
-        self._check_accepting()
-        self._check_room(len(items))
         request = _Request(
             future=loop.create_future(), outputs=[None] * len(items), remaining=len(items)
         )
         self._queue.extend(
-            _Work(request, index, item, length)
-            for index, (item, length) in enumerate(zip(items, lengths, strict=True))
+            _Work(request, index, item, self.length(item)) for index, item in enumerate(items)
         )
         self._wakeup.set()
         try:
@@ -195,20 +206,42 @@ class BatchEngine(Generic[Item, Output]):
             raise EngineUnavailableError(f"the {self.name} engine is not running")
 
     async def _consume(self) -> None:
-        while True:
-            if not self._queue:
-                if self._stopping:
-                    return
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            if len(self._queue) < self.limits.max_batch_size and not self._stopping:
-                # A short window lets concurrent requests join the same batches.
-                await asyncio.sleep(self.limits.max_wait_ms / 1000)
-            self._window = self._take_window()
-            for batch in self._form_batches(self._window):
-                await self._run_batch(batch)
-            self._window = []
+        formed: deque[list[_Work[Item]]] = deque()
+        in_flight: deque[asyncio.Task[None]] = deque()
+        try:
+            while True:
+                if len(in_flight) >= PREFETCH_DEPTH:
+                    await in_flight.popleft()
+                    continue
+                if not formed:
+                    if not self._queue:
+                        if in_flight:
+                            await in_flight.popleft()
+                            continue
+                        if self._stopping:
+                            return
+                        self._window = []
+                        self._wakeup.clear()
+                        await self._wakeup.wait()
+                        continue
+                    if (
+                        not in_flight
+                        and len(self._queue) < self.limits.max_batch_size
+                        and not self._stopping
+                    ):
+                        # A short window lets concurrent requests join the same batches.
+                        await asyncio.sleep(self.limits.max_wait_ms / 1000)
+                    window = self._take_window()
+                    self._window = [w for w in self._window if not w.request.future.done()]
+                    self._window.extend(window)
+                    formed.extend(self._form_batches(window))
+                    continue
+                batch = [work for work in formed.popleft() if not work.request.abandoned]
+                if batch:
+                    in_flight.append(asyncio.ensure_future(self._collate_and_run(batch)))
+        finally:
+            for task in in_flight:
+                task.cancel()
 
     def _take_window(self) -> list[_Work[Item]]:
         """Up to 32 batches' worth of live work, oldest first (under the `request` policy,
@@ -226,35 +259,47 @@ class BatchEngine(Generic[Item, Output]):
                 window.append(work)
         return window
 
+    def _cost(self, count: int, longest: int, total: int) -> int:
+        """Tokens a batch costs: real ones when packed, else padded ones."""
+        return total if self.limits.packed else count * longest
+
     def _form_batches(self, window: list[_Work[Item]]) -> list[list[_Work[Item]]]:
-        """Longest first (or in arrival order); a batch grows while its padded size fits the
-        token budget."""
+        """Longest first (or in arrival order); a batch grows while its cost fits the token
+        budget."""
         if self.limits.policy != "arrival":
             window = sorted(window, key=lambda w: w.length, reverse=True)
         batches: list[list[_Work[Item]]] = []
         current: list[_Work[Item]] = []
-        longest = 0
+        longest = total = 0
         for work in window:
-            padded = (len(current) + 1) * max(longest, work.length)
+            cost = self._cost(len(current) + 1, max(longest, work.length), total + work.length)
             if current and (
-                len(current) >= self.limits.max_batch_size or padded > self.limits.max_batch_tokens
+                len(current) >= self.limits.max_batch_size or cost > self.limits.max_batch_tokens
             ):
                 batches.append(current)
-                current, longest = [], 0
+                current, longest, total = [], 0, 0
             current.append(work)
             longest = max(longest, work.length)
+            total += work.length
         if current:
             batches.append(current)
         return batches
 
-    async def _run_batch(self, batch: list[_Work[Item]]) -> None:
+    async def _collate_and_run(self, batch: list[_Work[Item]]) -> None:
+        """Collate on the host pool, then queue the forward pass on the model's thread (behind
+        the one running, if any), then hand each output back."""
+        loop = asyncio.get_running_loop()
+        try:
+            collated = await loop.run_in_executor(self._host, self.collate, [w.item for w in batch])
+        except Exception as exc:
+            self._fail_batch(batch, exc, "collating")
+            return
         batch = [work for work in batch if not work.request.abandoned]
         if not batch:
             return
-        loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            outputs = await loop.run_in_executor(self._worker, self.run, [w.item for w in batch])
+            outputs = await loop.run_in_executor(self._worker, self.run, collated)
         except BatchTooLargeError:
             if len(batch) == 1:
                 batch[0].request.fail(
@@ -265,16 +310,13 @@ class BatchEngine(Generic[Item, Output]):
                 return
             middle = len(batch) // 2
             log.warning("%s: out of memory on %d items; splitting", self.name, len(batch))
-            await self._run_batch(batch[:middle])
-            await self._run_batch(batch[middle:])
+            await self._collate_and_run(batch[:middle])
+            await self._collate_and_run(batch[middle:])
             return
         except ModelFailedError:
             raise  # the consumer dies; `_consumer_exited` fails everything pending
         except Exception as exc:
-            log.exception("%s: batch of %d items failed", self.name, len(batch), exc_info=exc)
-            for work in batch:
-                # Details stay in the log: exception texts can carry paths.
-                work.request.fail(ModelError(f"the {self.name} model failed on this request"))
+            self._fail_batch(batch, exc, "running")
             return
         self._report(batch, loop.time() - started)
         for work, output in zip(batch, outputs, strict=True):
@@ -284,15 +326,24 @@ class BatchEngine(Generic[Item, Output]):
             if request.remaining == 0 and not request.future.done():
                 request.future.set_result(request.outputs)
 
+    def _fail_batch(self, batch: list[_Work[Item]], exc: Exception, stage: str) -> None:
+        log.exception(
+            "%s: %s a batch of %d items failed", self.name, stage, len(batch), exc_info=exc
+        )
+        for work in batch:
+            # Details stay in the log: exception texts can carry paths.
+            work.request.fail(ModelError(f"the {self.name} model failed on this request"))
+
     def _report(self, batch: list[_Work[Item]], seconds: float) -> None:
         if not self.on_batch:
             return
+        tokens = sum(work.length for work in batch)
         stats = BatchStats(
             engine=self.name,
             items=len(batch),
             requests=len({id(work.request) for work in batch}),
-            tokens=sum(work.length for work in batch),
-            padded_tokens=len(batch) * max(work.length for work in batch),
+            tokens=tokens,
+            padded_tokens=self._cost(len(batch), max(work.length for work in batch), tokens),
             seconds=seconds,
         )
         for hook in self.on_batch:

@@ -62,7 +62,7 @@ def observe(stats: BatchStats) -> None:
     FORWARD_SECONDS.labels(**labels).observe(stats.seconds)
 
 
-def instrument(engine: BatchEngine[Any, Any]) -> None:
+def instrument(engine: BatchEngine[Any, Any, Any]) -> None:
     """Report `engine`'s batches and queue depth."""
     engine.on_batch.append(observe)
     QUEUE_DEPTH.labels(engine=engine.name).set_function(lambda: engine.queue_depth)

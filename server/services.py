@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,13 +27,13 @@ from ragrank.errors import (
 from ragrank.models import (
     CrossEncoderScorer,
     Embedder,
-    Pair,
     Scorer,
     SentenceTransformerEmbedder,
     relevance,
 )
 from ragrank.settings import Settings
 from ragrank.store import QdrantStore
+from ragrank.tokens import ModelInput
 from server.batching import BatchEngine, BatchPolicy, EngineLimits
 from server.metrics import RERANK_FALLBACKS
 
@@ -113,7 +113,7 @@ class SearchService:
         embedder, scorer = services.embedder, services.scorer
         placement = resolve_placement(settings.device, settings.dtype)
 
-        def limits(size: int, tokens: int) -> EngineLimits:
+        def limits(size: int, tokens: int, *, packed: bool) -> EngineLimits:
             items, budget = batch_limits(placement, size, tokens)
             return EngineLimits(
                 max_batch_size=items,
@@ -122,19 +122,30 @@ class SearchService:
                 max_queue_items=settings.queue_size,
                 timeout_s=settings.request_timeout_s,
                 policy=cast("BatchPolicy", settings.batching),  # validated by Settings
+                packed=packed,
             )
 
-        self.embed_engine: BatchEngine[str, Vector] = BatchEngine(
-            "embed",
-            lengths=embedder.text_lengths,
-            run=lambda texts: list(embedder.embed_batch(texts)),
-            limits=limits(settings.embed_batch_size, settings.embed_batch_tokens),
+        # One pool for all host work of both models: tokenising, planning, collating.
+        self.host_pool = ThreadPoolExecutor(
+            settings.host_threads, thread_name_prefix="ragrank-host"
         )
-        self.score_engine: BatchEngine[Pair, float] = BatchEngine(
+        self.embed_engine: BatchEngine[ModelInput, Any, Vector] = BatchEngine(
+            "embed",
+            collate=embedder.collate,
+            run=lambda batch: list(embedder.forward(batch)),
+            limits=limits(
+                settings.embed_batch_size, settings.embed_batch_tokens, packed=embedder.packed
+            ),
+            pool=self.host_pool,
+        )
+        self.score_engine: BatchEngine[ModelInput, Any, float] = BatchEngine(
             "rerank",
-            lengths=scorer.pair_lengths,
-            run=lambda pairs: [float(logit) for logit in scorer.score_pairs(pairs)],
-            limits=limits(settings.rerank_batch_size, settings.rerank_batch_tokens),
+            collate=scorer.collate,
+            run=lambda batch: [float(logit) for logit in scorer.forward(batch)],
+            limits=limits(
+                settings.rerank_batch_size, settings.rerank_batch_tokens, packed=scorer.packed
+            ),
+            pool=self.host_pool,
         )
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="ragrank-store")
 
@@ -146,6 +157,7 @@ class SearchService:
     async def __aexit__(self, *_: object) -> None:
         await self.embed_engine.stop()
         await self.score_engine.stop()
+        self.host_pool.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=True, cancel_futures=True)
 
     @property
@@ -165,8 +177,11 @@ class SearchService:
         says why (`rerank_error`) instead of failing the request."""
         store = self.services.store
         started = time.perf_counter()
-        prefixed = self.services.embedder.query_prefix + query
-        vector = (await self.embed_engine.submit([prefixed]))[0]
+        embedder = self.services.embedder
+        inputs = await self.embed_engine.prepare(
+            embedder.encode_texts, [embedder.query_prefix + query]
+        )
+        vector = (await self.embed_engine.submit(inputs))[0]
         embedded = time.perf_counter()
         retrieved = await self._in_store_thread(lambda: store.search(vector, candidates, where))
         fetched = time.perf_counter()
@@ -208,7 +223,7 @@ class SearchService:
         plan = await self.score_engine.prepare(
             scorer.plan_windows, query, documents, max_tokens_per_doc
         )
-        window_logits = await self.score_engine.submit(plan.pairs, lengths=plan.lengths)
+        window_logits = await self.score_engine.submit(plan.inputs)
         best = [-math.inf] * len(documents)
         for owner, logit in zip(plan.owners, window_logits, strict=True):
             best[owner] = max(best[owner], logit)
@@ -218,10 +233,11 @@ class SearchService:
         """Embed texts with the query or passage prefix, counting the tokens embedded."""
         embedder = self.services.embedder
         prefix = embedder.query_prefix if as_queries else embedder.passage_prefix
-        prefixed = [prefix + text for text in texts]
-        lengths = await self.embed_engine.prepare(embedder.text_lengths, prefixed)
-        vectors = await self.embed_engine.submit(prefixed, lengths=lengths)
-        return EmbedOutcome(vectors=vectors, tokens=sum(lengths))
+        inputs = await self.embed_engine.prepare(
+            embedder.encode_texts, [prefix + text for text in texts]
+        )
+        vectors = await self.embed_engine.submit(inputs)
+        return EmbedOutcome(vectors=vectors, tokens=sum(len(item) for item in inputs))
 
     async def store_ready(self) -> bool:
         return await self._in_store_thread(self.services.store.ping)

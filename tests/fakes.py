@@ -1,17 +1,49 @@
-"""Protocol fakes for the two model roles: deterministic, instant, no torch."""
+"""Protocol fakes for the two model roles: deterministic, instant, no torch.
+
+They tokenise by whitespace into ids of their own vocabulary, so the engine carries real
+`ModelInput`s, and their `collate` turns ids back into words for the scoring rule."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ragrank.models import Pair, TokenSpans, WindowPlan
+from ragrank.models import Pair
+from ragrank.tokens import ModelInput, TokenSpans, WindowPlan
 
 _WORD = re.compile(r"\S+")
+#: Special ids: start, separator and end of an input.
+START, SEP, END = 0, 1, 2
+
+
+class _Vocabulary:
+    """Words to ids and back; shared by threads."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._words: list[str] = ["<s>", "</s>", "<end>"]
+        self._lock = threading.Lock()
+        #: Thread names that tokenised, for tests that check where host work runs.
+        self.threads: list[str] = []
+
+    def ids(self, text: str) -> list[int]:
+        with self._lock:
+            self.threads.append(threading.current_thread().name)
+            out = []
+            for word in text.split():
+                if word not in self._ids:
+                    self._ids[word] = len(self._words)
+                    self._words.append(word)
+                out.append(self._ids[word])
+            return out
+
+    def text(self, ids: Sequence[int]) -> str:
+        return " ".join(self._words[i] for i in ids)
 
 
 class FakeEmbedder:
@@ -22,9 +54,11 @@ class FakeEmbedder:
     max_length = 512
     query_prefix = "query: "
     passage_prefix = "passage: "
+    packed = False
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.vocabulary = _Vocabulary()
 
     def embed_queries(self, texts: Sequence[str]) -> NDArray[np.float32]:
         return self._embed([self.query_prefix + t for t in texts])
@@ -35,11 +69,14 @@ class FakeEmbedder:
     def token_spans(self, text: str) -> TokenSpans:
         return [(m.start(), m.end()) for m in _WORD.finditer(text)]
 
-    def text_lengths(self, texts: Sequence[str]) -> list[int]:
-        return [len(text.split()) + 2 for text in texts]
+    def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
+        return [ModelInput([START, *self.vocabulary.ids(text), END]) for text in texts]
 
-    def embed_batch(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        return self._embed(list(texts))
+    def collate(self, inputs: Sequence[ModelInput]) -> list[str]:
+        return [self.vocabulary.text(item.ids[1:-1]) for item in inputs]
+
+    def forward(self, batch: list[str]) -> NDArray[np.float32]:
+        return self._embed(batch)
 
     def _embed(self, texts: list[str]) -> NDArray[np.float32]:
         self.seen.extend(texts)
@@ -56,34 +93,45 @@ class FakeScorer:
     """Scores a passage by its length, so the reranked order is known in advance."""
 
     model_id = "fake-scorer"
+    packed = False
 
     def __init__(self) -> None:
         #: Each forward pass's pairs, in the order the engine sent them.
         self.batches: list[list[Pair]] = []
+        self.vocabulary = _Vocabulary()
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
         return self.score_pairs([(query, passage) for passage in passages])
-
-    def pair_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        return [_pair_length(pair) for pair in pairs]
 
     def plan_windows(
         self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
     ) -> WindowPlan:
         """Windows of 64 words, 48 apart; a document is cut at `max_tokens_per_doc` words."""
-        pairs, owners = [], []
+        query_ids = self.vocabulary.ids(query)
+        inputs, owners = [], []
         for index, document in enumerate(documents):
-            words = document.split()[: max_tokens_per_doc or None]
+            words = self.vocabulary.ids(document)[: max_tokens_per_doc or None]
             for start in range(0, max(len(words) - 16, 1), 48):
-                pairs.append((query, " ".join(words[start : start + 64])))
+                window = words[start : start + 64]
+                inputs.append(ModelInput([START, *query_ids, SEP, *window, END]))
                 owners.append(index)
-        return WindowPlan(pairs=pairs, owners=owners, lengths=[_pair_length(p) for p in pairs])
+        return WindowPlan(inputs=inputs, owners=owners)
+
+    def collate(self, inputs: Sequence[ModelInput]) -> list[Pair]:
+        pairs = []
+        for item in inputs:
+            cut = item.ids.index(SEP)
+            pairs.append(
+                (
+                    self.vocabulary.text(item.ids[1:cut]),
+                    self.vocabulary.text(item.ids[cut + 1 : -1]),
+                )
+            )
+        return pairs
+
+    def forward(self, batch: list[Pair]) -> NDArray[np.float32]:
+        return self.score_pairs(batch)
 
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         self.batches.append(list(pairs))
         return np.array([len(passage) / 20.0 - 3.0 for _, passage in pairs], dtype=np.float32)
-
-
-def _pair_length(pair: Pair) -> int:
-    query, passage = pair
-    return len(query.split()) + len(passage.split()) + 3

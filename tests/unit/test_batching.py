@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -29,9 +30,6 @@ class Model:
         self.gate = gate
         self.batches: list[list[int]] = []
 
-    def lengths(self, items: Sequence[int]) -> list[int]:
-        return list(items)
-
     def run(self, items: Sequence[int]) -> list[int]:
         if self.gate is not None:
             self.gate.wait(10)
@@ -41,13 +39,14 @@ class Model:
         return [item * 10 for item in items]
 
 
-def _engine(model: Model, **limits: object) -> tuple[BatchEngine[int, int], list[BatchStats]]:
+def _engine(model: Model, **limits: object) -> tuple[BatchEngine[int, list[int], int], list[BatchStats]]:
     stats: list[BatchStats] = []
     settings = {"max_batch_size": 8, "max_batch_tokens": 10_000, "max_wait_ms": 20.0, **limits}
-    engine: BatchEngine[int, int] = BatchEngine(
+    engine: BatchEngine[int, list[int], int] = BatchEngine(
         "test",
-        lengths=model.lengths,
+        collate=list,
         run=model.run,
+        length=int,
         limits=EngineLimits(**settings),  # type: ignore[arg-type]
         on_batch=[stats.append],
     )
@@ -107,8 +106,8 @@ async def test_sorted_policy_sorts_across_requests():
     model = Model()
     engine, stats = _engine(model, max_batch_size=2)
     requests = [[1, 9], [8, 2], [3, 7]]
-    # With lengths given, all three requests are queued before the consumer wakes.
-    await asyncio.gather(*(engine.submit(items, lengths=items) for items in requests))
+    # All three requests are queued before the consumer wakes.
+    await asyncio.gather(*(engine.submit(items) for items in requests))
     assert model.batches == [[9, 8], [7, 3], [2, 1]]
     assert [s.requests for s in stats] == [2, 1, 2]
     await engine.stop()
@@ -175,8 +174,8 @@ async def test_a_model_error_fails_its_batch_but_the_engine_carries_on():
             raise ValueError("boom /secret/path")
         return [i * 10 for i in items]
 
-    engine: BatchEngine[int, int] = BatchEngine(
-        "flaky", lengths=list, run=flaky, limits=EngineLimits(8, 1000, max_wait_ms=0.0)
+    engine: BatchEngine[int, list[int], int] = BatchEngine(
+        "flaky", collate=list, length=int, run=flaky, limits=EngineLimits(8, 1000, max_wait_ms=0.0)
     )
     engine.start()
     with pytest.raises(ModelError) as failed:
@@ -191,8 +190,8 @@ async def test_a_dead_worker_fails_pending_and_new_requests_and_is_not_ready():
     def fatal(items: Sequence[int]) -> list[int]:
         raise ModelFailedError("CUDA error: device-side assert triggered")
 
-    engine: BatchEngine[int, int] = BatchEngine(
-        "dying", lengths=list, run=fatal, limits=EngineLimits(2, 1000, max_wait_ms=10.0)
+    engine: BatchEngine[int, list[int], int] = BatchEngine(
+        "dying", collate=list, length=int, run=fatal, limits=EngineLimits(2, 1000, max_wait_ms=10.0)
     )
     engine.start()
     results = await asyncio.gather(
@@ -214,3 +213,172 @@ async def test_stop_drains_queued_work_then_refuses():
     assert [await task for task in pending] == [[i * 10, (i + 1) * 10] for i in range(1, 20, 2)]
     with pytest.raises(EngineUnavailableError):
         await engine.submit([1])
+
+
+class Pipeline:
+    """A model whose forward passes wait on a gate, recording where and when collating ran."""
+
+    def __init__(self, *, fits: int | None = None, fatal_on: int | None = None) -> None:
+        self.gate = threading.Event()
+        self.fits = fits
+        self.fatal_on = fatal_on
+        self.running = threading.Event()
+        self.started = 0
+        self.finished = 0
+        #: (items, thread, forward passes finished when it was collated) per collate call.
+        self.collated: list[tuple[list[int], str, int]] = []
+        self.ran: list[list[int]] = []
+
+    def collate(self, items: Sequence[int]) -> list[int]:
+        self.collated.append((list(items), threading.current_thread().name, self.finished))
+        return list(items)
+
+    def run(self, items: list[int]) -> list[int]:
+        self.started += 1
+        self.running.set()
+        self.gate.wait(10)
+        try:
+            if self.fatal_on is not None and self.fatal_on in items:
+                raise ModelFailedError("CUDA error: device-side assert triggered")
+            if self.fits is not None and len(items) * max(items) > self.fits:
+                raise BatchTooLargeError("simulated CUDA out of memory")
+            self.ran.append(items)
+            return [item * 10 for item in items]
+        finally:
+            self.finished += 1
+
+
+def _pipeline(model: Pipeline, **limits: object) -> BatchEngine[int, list[int], int]:
+    settings = {"max_batch_size": 2, "max_batch_tokens": 10_000, "max_wait_ms": 0.0, **limits}
+    engine: BatchEngine[int, list[int], int] = BatchEngine(
+        "prefetch",
+        collate=model.collate,
+        run=model.run,
+        length=int,
+        limits=EngineLimits(**settings),  # type: ignore[arg-type]
+    )
+    engine.start()
+    return engine
+
+
+async def _until(condition, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+async def test_the_next_batch_is_collated_on_the_host_pool_while_one_runs():
+    model = Pipeline()
+    engine = _pipeline(model)
+    task = asyncio.ensure_future(engine.submit([9, 8, 7, 6, 5, 4]))
+    await _until(lambda: model.running.is_set() and len(model.collated) >= 2)
+    # The second batch was collated while the first was still in the model.
+    assert model.collated[1][2] == 0 and model.finished == 0
+    assert all(thread.startswith("ragrank-prefetch-host") for _, thread, _ in model.collated)
+    assert len(model.collated) == 2, "no more than one batch is prepared ahead"
+    model.gate.set()
+    assert await task == [90, 80, 70, 60, 50, 40]
+    await engine.stop()
+
+
+async def test_a_batch_queued_behind_a_running_one_needs_no_event_loop_turn():
+    """The model thread goes from batch N to batch N+1 by itself: with the event loop blocked,
+    the queued pass still starts."""
+    model = Pipeline()
+    engine = _pipeline(model)
+    task = asyncio.ensure_future(engine.submit([9, 8, 7, 6]))
+    await _until(lambda: model.running.is_set() and len(model.collated) == 2)
+    await asyncio.sleep(0.05)  # the second batch is now queued on the model thread
+    model.gate.set()
+    # Block the event loop: only the model thread can start the second pass now.
+    deadline = time.monotonic() + 5
+    while model.started < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert model.started == 2
+    assert await task == [90, 80, 70, 60]
+    await engine.stop()
+
+
+async def test_out_of_memory_with_a_batch_in_flight_still_answers_everything():
+    model = Pipeline(fits=30)
+    engine = _pipeline(model, max_batch_size=4)
+    task = asyncio.ensure_future(engine.submit([9, 8, 7, 6, 5, 4, 3, 2]))
+    await _until(lambda: len(model.collated) >= 2)
+    model.gate.set()
+    assert await task == [90, 80, 70, 60, 50, 40, 30, 20]
+    assert all(len(batch) * max(batch) <= 30 for batch in model.ran)
+    assert engine.ready
+    await engine.stop()
+
+
+async def test_a_full_queue_answers_queue_full_with_a_batch_in_flight():
+    model = Pipeline()
+    engine = _pipeline(model, max_queue_items=4)
+    running = asyncio.ensure_future(engine.submit([9, 8, 7, 6]))
+    await _until(lambda: len(model.collated) == 2)
+    queued = asyncio.ensure_future(engine.submit([1, 2, 3, 4]))
+    await asyncio.sleep(0.05)
+    with pytest.raises(QueueFullError):
+        await engine.submit([5])
+    model.gate.set()
+    assert await running == [90, 80, 70, 60]
+    assert await queued == [10, 20, 30, 40]
+    await engine.stop()
+
+
+async def test_timed_out_and_cancelled_items_are_dropped_with_a_batch_in_flight():
+    model = Pipeline()
+    engine = _pipeline(model)
+    running = asyncio.ensure_future(engine.submit([9, 8, 7, 6], timeout_s=10))
+    await _until(lambda: len(model.collated) == 2)
+    with pytest.raises(RequestTimeoutError):
+        await engine.submit([3, 2], timeout_s=0.1)
+    cancelled = asyncio.ensure_future(engine.submit([5, 4], timeout_s=10))
+    await asyncio.sleep(0.05)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    model.gate.set()
+    assert await running == [90, 80, 70, 60]
+    assert await engine.submit([1]) == [10]
+    ran = {item for batch in model.ran for item in batch}
+    assert not ran & {2, 3, 4, 5}
+    await engine.stop()
+
+
+async def test_a_dead_model_with_a_batch_in_flight_fails_everything_pending():
+    model = Pipeline(fatal_on=9)
+    engine = _pipeline(model)
+    first = asyncio.ensure_future(engine.submit([9, 8, 7, 6]))
+    await _until(lambda: len(model.collated) == 2)
+    later = asyncio.ensure_future(engine.submit([1, 2]))
+    await asyncio.sleep(0.05)
+    model.gate.set()
+    results = await asyncio.gather(first, later, return_exceptions=True)
+    assert all(isinstance(r, EngineUnavailableError) for r in results), results
+    assert not engine.ready
+    await engine.stop()
+
+
+async def test_stop_drains_work_in_flight_and_queued():
+    model = Pipeline()
+    engine = _pipeline(model)
+    tasks = [asyncio.ensure_future(engine.submit([i + 1, i + 2])) for i in range(0, 12, 2)]
+    await _until(lambda: len(model.collated) == 2)
+    stopping = asyncio.ensure_future(engine.stop())
+    await asyncio.sleep(0.05)
+    model.gate.set()
+    await stopping
+    assert [await task for task in tasks] == [[(i + 1) * 10, (i + 2) * 10] for i in range(0, 12, 2)]
+
+
+async def test_packed_batches_are_budgeted_by_real_tokens_and_report_no_padding():
+    model = Model()
+    engine, stats = _engine(model, max_batch_size=64, max_batch_tokens=100, packed=True)
+    items = [60, 30, 10, 5, 5, 40]
+    assert await engine.submit(items) == [i * 10 for i in items]
+    assert all(sum(batch) <= 100 for batch in model.batches)
+    assert model.batches[0] == [60, 40]  # padded, 60 and 40 would cost 120
+    assert all(s.padded_tokens == s.tokens for s in stats)
+    await engine.stop()

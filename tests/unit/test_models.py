@@ -168,13 +168,13 @@ async def test_the_engine_splits_a_real_scorer_batch_on_simulated_oom(scorer, mo
     monkeypatch.setattr(scorer._model, "forward", forward_that_runs_out_of_memory)
     engine = BatchEngine(
         "rerank",
-        lengths=scorer.pair_lengths,
-        run=lambda p: scorer.score_pairs(p).tolist(),
+        collate=scorer.collate,
+        run=lambda batch: scorer.forward(batch).tolist(),
         limits=EngineLimits(max_batch_size=16, max_batch_tokens=100_000, max_wait_ms=0),
     )
     engine.start()
     try:
-        scores = await engine.submit(pairs)
+        scores = await engine.submit(scorer.tokens.pairs(pairs))
     finally:
         await engine.stop()
     assert refused[0] == 10  # the first batch held all ten pairs and was split
@@ -187,26 +187,27 @@ def test_windows_fit_the_model_and_the_query_takes_at_most_a_quarter(scorer):
     plan = scorer.plan_windows(query, ["a short document", document])
     assert plan.owners.count(0) == 1
     assert plan.owners.count(1) > 1
-    lengths = [len(scorer._tokenizer(q, d)["input_ids"]) for q, d in plan.pairs]
-    assert max(lengths) <= scorer.max_length
-    capped_query = plan.pairs[0][0]
-    assert query.startswith(capped_query)
-    assert len(scorer._tokenizer(capped_query, add_special_tokens=False)["input_ids"]) <= (
-        scorer.max_length // 4
-    )
-    assert abs(plan.tokens - sum(lengths)) <= 2 * len(lengths)
-    windows = [d for d, owner in zip(plan.pairs, plan.owners, strict=True) if owner == 1]
-    assert windows[0][1].startswith("Sentence 0 ")
-    # Neighbouring windows overlap.
-    assert windows[1][1][:20] in windows[0][1]
+    assert max(plan.lengths) == scorer.max_length  # full windows use the whole budget
+    query_ids = scorer.tokens.ids([query])[0]
+    assert plan.query_tokens == (scorer.max_length - 4) // 4  # XLM-R adds 4 special tokens
+    document_ids = scorer.tokens.ids([document])[0]
+    windows = [i for i, owner in zip(plan.inputs, plan.owners, strict=True) if owner == 1]
+    body = slice(1 + plan.query_tokens + 2, -1)  # <s> query </s></s> window </s>
+    for item in windows:
+        assert item.ids[1 : 1 + plan.query_tokens] == query_ids[: plan.query_tokens]
+    first, second = windows[0].ids[body], windows[1].ids[body]
+    assert first == document_ids[: len(first)]
+    # Neighbouring windows overlap by a quarter: the second starts inside the first.
+    stride = len(first) - len(first) // 4
+    assert document_ids[stride : stride + len(second)] == second
     cut = scorer.plan_windows("q", [document], max_tokens_per_doc=30)
-    assert len(cut.pairs) == 1
-    assert len(scorer._tokenizer(cut.pairs[0][1], add_special_tokens=False)["input_ids"]) <= 31
+    assert len(cut.inputs) == 1
+    assert len(cut.inputs[0]) - cut.query_tokens - 4 == 30
 
 
 def test_planning_and_scoring_can_run_on_different_threads_at_once(scorer):
     """A fast tokenizer shared by two threads fails ("Already borrowed", or tensors built with
-    the other call's truncation settings); planning and counting use their own copy."""
+    the other call's truncation settings); each thread tokenises with its own copy."""
     documents = ["word " * (50 + i) for i in range(32)]
     pairs = [("a query", d) for d in documents]
     errors: list[BaseException] = []
@@ -221,7 +222,7 @@ def test_planning_and_scoring_can_run_on_different_threads_at_once(scorer):
     threads = [
         threading.Thread(target=repeat, args=(lambda: scorer.score_pairs(pairs[:4]), 30)),
         threading.Thread(target=repeat, args=(lambda: scorer.plan_windows("q", documents), 200)),
-        threading.Thread(target=repeat, args=(lambda: scorer.pair_lengths(pairs), 200)),
+        threading.Thread(target=repeat, args=(lambda: scorer.tokens.pairs(pairs), 200)),
     ]
     for thread in threads:
         thread.start()

@@ -92,10 +92,11 @@ def test_every_request_gets_its_own_results_in_order(
     model = Doubler()
 
     async def run() -> list[list[int]]:
-        engine: BatchEngine[int, int] = BatchEngine(
+        engine: BatchEngine[int, list[int], int] = BatchEngine(
             "property",
-            lengths=model.lengths,
+            collate=list,
             run=model.run,
+            length=int,
             limits=EngineLimits(
                 max_batch_size=max_batch_size,
                 max_batch_tokens=max_batch_tokens,

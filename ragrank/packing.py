@@ -1,0 +1,258 @@
+"""Collating model inputs into tensors, padded or packed, and the padding-free forward.
+
+Packed: a batch's sequences are concatenated into one row, with cumulative lengths and
+per-sequence position ids, and attention runs over each sequence alone (varlen). No compute is
+spent on padding, so the token budget counts real tokens. It runs the Hugging Face model's own
+modules (embeddings, layers, heads) for the BERT and XLM-R families; attention goes through a
+function registered with transformers that also serves the padded path.
+
+This module runs on host threads (collating) and the model's thread (forward); nothing here
+is called from the event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from ragrank.tokens import ModelInput
+
+log = logging.getLogger(__name__)
+
+#: The attention implementation ragrank's models run with: varlen when a batch is packed,
+#: transformers' SDPA otherwise.
+ATTENTION = "ragrank_varlen"
+#: How packed attention runs: flash-attn's varlen kernel, torch's own (CUDA), or one SDPA call
+#: per sequence (any device).
+VARLEN_BACKENDS = ("auto", "flash-attn", "torch", "sdpa")
+#: Model types whose embeddings and layers the packed forward knows, and the first position
+#: id of each (XLM-R counts from padding_idx + 1).
+FAMILIES = ("bert", "xlm-roberta", "roberta")
+
+
+def _flash_varlen() -> Any:
+    try:
+        from flash_attn import flash_attn_varlen_func
+    except ImportError:
+        return None
+    return flash_attn_varlen_func
+
+
+def resolve_varlen_backend(requested: str, device: str, dtype: torch.dtype) -> str:
+    """`auto`: flash-attn where installed, else torch's varlen kernel on CUDA in half
+    precision, else SDPA per sequence."""
+    half = dtype in (torch.float16, torch.bfloat16)
+    if requested != "auto":
+        return requested
+    if device.startswith("cuda") and half:
+        return "flash-attn" if _flash_varlen() is not None else "torch"
+    return "sdpa"
+
+
+def _varlen_attention(  # noqa: PLR0917 (transformers' attention signature)
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention over [1, heads, tokens, dim] packed rows, each sequence attending to itself;
+    without cumulative lengths (a padded batch), transformers' SDPA."""
+    cu_seqlens = kwargs.pop("cu_seq_lens_q", None)
+    if cu_seqlens is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        output: tuple[torch.Tensor, None] = sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+        return output
+    backend = kwargs.get("ragrank_varlen", "sdpa")
+    longest = int(kwargs["max_length_q"])
+    if backend == "sdpa":
+        bounds = kwargs["ragrank_bounds"]
+        pieces = [
+            F.scaled_dot_product_attention(
+                query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], scale=scaling
+            )
+            for start, end in itertools.pairwise(bounds)
+        ]
+        return torch.cat(pieces, dim=2).transpose(1, 2).contiguous(), None
+    # The varlen kernels take [tokens, heads, dim].
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+    if backend == "flash-attn":
+        out = _flash_varlen()(
+            q, k, v, cu_seqlens, cu_seqlens, longest, longest, softmax_scale=scaling
+        )
+    else:
+        from torch.nn.attention.varlen import varlen_attn
+
+        out = varlen_attn(q, k, v, cu_seqlens, cu_seqlens, longest, longest, scale=scaling)
+    return out.unsqueeze(0), None
+
+
+def register_attention() -> None:
+    """Make `ATTENTION` known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _varlen_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """Sequences concatenated into one row, on the host (pinned where the model is on CUDA)."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    token_type_ids: torch.Tensor | None
+    cu_seqlens: torch.Tensor
+    bounds: list[int]
+    longest: int
+
+    @property
+    def count(self) -> int:
+        return len(self.bounds) - 1
+
+
+@dataclass(frozen=True)
+class PaddedBatch:
+    """Sequences padded to the longest, with an attention mask."""
+
+    features: dict[str, torch.Tensor]
+
+    @property
+    def count(self) -> int:
+        return int(self.features["input_ids"].shape[0])
+
+
+Batch = PackedBatch | PaddedBatch
+
+
+def _host(array: np.ndarray[Any, Any], pin: bool) -> torch.Tensor:
+    tensor = torch.from_numpy(array)
+    return tensor.pin_memory() if pin else tensor
+
+
+def collate_padded(
+    inputs: Sequence[ModelInput], *, pad_id: int, uses_types: bool, pin: bool
+) -> PaddedBatch:
+    """Right-padded ids, mask and (where the model has them) token types."""
+    longest = max(len(item) for item in inputs)
+    ids = np.full((len(inputs), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(inputs), longest), dtype=np.int64)
+    types = np.zeros((len(inputs), longest), dtype=np.int64) if uses_types else None
+    for row, item in enumerate(inputs):
+        ids[row, : len(item)] = item.ids
+        mask[row, : len(item)] = 1
+        if types is not None and item.type_ids is not None:
+            types[row, : len(item)] = item.type_ids
+    features = {"input_ids": _host(ids, pin), "attention_mask": _host(mask, pin)}
+    if types is not None:
+        features["token_type_ids"] = _host(types, pin)
+    return PaddedBatch(features)
+
+
+def collate_packed(
+    inputs: Sequence[ModelInput], *, first_position: int, uses_types: bool, pin: bool
+) -> PackedBatch:
+    """One row of all ids, positions restarting at `first_position` for each sequence."""
+    lengths = np.fromiter((len(item) for item in inputs), dtype=np.int64, count=len(inputs))
+    bounds = np.zeros(len(inputs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    total = int(bounds[-1])
+    ids = np.fromiter(
+        itertools.chain.from_iterable(item.ids for item in inputs), dtype=np.int64, count=total
+    )
+    positions = np.arange(total, dtype=np.int64) - np.repeat(bounds[:-1], lengths)
+    positions += first_position
+    types = None
+    if uses_types:
+        types = np.fromiter(
+            itertools.chain.from_iterable(
+                item.type_ids if item.type_ids is not None else [0] * len(item) for item in inputs
+            ),
+            dtype=np.int64,
+            count=total,
+        )
+    return PackedBatch(
+        input_ids=_host(ids[None], pin),
+        position_ids=_host(positions[None], pin),
+        token_type_ids=None if types is None else _host(types[None], pin),
+        cu_seqlens=_host(bounds.astype(np.int32), pin),
+        bounds=bounds.tolist(),
+        longest=int(lengths.max()),
+    )
+
+
+def packing_family(config: Any) -> str | None:
+    """The model's family if the packed forward can run it, else None."""
+    if getattr(config, "model_type", None) not in FAMILIES:
+        return None
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    if getattr(config, "is_decoder", False):
+        return None
+    return str(config.model_type)
+
+
+def first_position(config: Any) -> int:
+    """The position id of a sequence's first token: 0 for BERT, padding_idx + 1 for XLM-R."""
+    if config.model_type == "bert":
+        return 0
+    return int(config.pad_token_id) + 1
+
+
+def packed_hidden(
+    base: torch.nn.Module, batch: PackedBatch, device: str, varlen: str
+) -> torch.Tensor:
+    """Last hidden states [tokens, hidden] of a packed batch through `base`'s own modules."""
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(device, non_blocking=True)
+
+    embeddings: Any = base.embeddings
+    encoder: Any = base.encoder
+    hidden = embeddings(
+        input_ids=move(batch.input_ids),
+        position_ids=move(batch.position_ids),
+        token_type_ids=None if batch.token_type_ids is None else move(batch.token_type_ids),
+    )
+    cu_seqlens = move(batch.cu_seqlens)
+    output = encoder(
+        hidden,
+        attention_mask=None,
+        cu_seq_lens_q=cu_seqlens,
+        cu_seq_lens_k=cu_seqlens,
+        max_length_q=batch.longest,
+        max_length_k=batch.longest,
+        ragrank_varlen=varlen,
+        ragrank_bounds=batch.bounds,
+    )
+    last: torch.Tensor = output.last_hidden_state[0]
+    return last
+
+
+def segment_mean(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """The mean of each sequence's rows."""
+    lengths = torch.diff(batch.cu_seqlens.to(hidden.device, dtype=torch.long))
+    owner = torch.repeat_interleave(torch.arange(batch.count, device=hidden.device), lengths)
+    sums = torch.zeros(batch.count, hidden.shape[-1], device=hidden.device, dtype=torch.float32)
+    sums.index_add_(0, owner, hidden.float())
+    return sums / lengths.unsqueeze(1).float()
+
+
+def first_rows(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """Each sequence's first row (its CLS / <s> token)."""
+    starts = batch.cu_seqlens[:-1].to(hidden.device, dtype=torch.long)
+    return hidden.index_select(0, starts)
