@@ -39,7 +39,9 @@ class Model:
         return [item * 10 for item in items]
 
 
-def _engine(model: Model, **limits: object) -> tuple[BatchEngine[int, list[int], int], list[BatchStats]]:
+def _engine(
+    model: Model, **limits: object
+) -> tuple[BatchEngine[int, list[int], int], list[BatchStats]]:
     stats: list[BatchStats] = []
     settings = {"max_batch_size": 8, "max_batch_tokens": 10_000, "max_wait_ms": 20.0, **limits}
     engine: BatchEngine[int, list[int], int] = BatchEngine(

@@ -70,7 +70,8 @@ async def test_a_long_document_takes_its_best_windows_score(client):
     ).json()
     scorer = client.scorer
     plan = scorer.plan_windows("q", ["tiny", long_document])
-    windows = [p for p, owner in zip(plan.pairs, plan.owners, strict=True) if owner == 1]
+    pairs = scorer.collate(plan.inputs)
+    windows = [p for p, owner in zip(pairs, plan.owners, strict=True) if owner == 1]
     assert len(windows) > 1
     best = max(scorer.score_pairs(windows))
     result = next(r for r in body["results"] if r["index"] == 1)
@@ -158,12 +159,12 @@ async def test_limits_answer_400_naming_field_and_limit(client, path, body, fiel
     assert fragment in error["message"]
 
 
-async def test_window_pairs_are_tokenised_once(client, monkeypatch):
-    """The window plan carries each pair's length; the engine must not tokenise them again."""
-
-    def tokenised_again(pairs):
-        raise AssertionError("pairs tokenised a second time")
-
-    monkeypatch.setattr(client.scorer, "pair_lengths", tokenised_again)
+async def test_the_query_and_each_document_are_tokenised_once_on_host_threads(client):
+    """Windows are cut from ids: one tokenisation for the query, one per document, all on the
+    host pool (never the event loop, never the model's thread)."""
+    threads = client.scorer.vocabulary.threads
+    before = len(threads)
     response = await client.post("/v1/rerank", json={"query": "q", "documents": DOCUMENTS})
     assert response.status_code == 200
+    assert len(threads) - before == 1 + len(DOCUMENTS)
+    assert all(name.startswith("ragrank-host") for name in threads[before:]), threads[before:]
