@@ -324,11 +324,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, help="JSON report (eval-results/bench-load-<time>.json)"
     )
     parser.add_argument("--seed", type=int, default=0, help="workload seed (0)")
+    from eval.bench_host import add_arguments as add_host_arguments
+
+    add_host_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if args.host_only:
+        from eval.bench_host import run as run_host
+
+        return run_host(args)
     placement = resolve_placement(args.device)
     gpu = placement.device.startswith("cuda")
     runs = [r for r in args.runs if not (gpu and r == "ragrank-int8")]

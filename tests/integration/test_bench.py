@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from eval.bench_load import RunResult, _ratio, build_workload, measure_ceiling
 from ragrank import SAMPLE_DATASET
 from ragrank.cli import main
+from ragrank.device import Placement
 from ragrank.models import CrossEncoderScorer
 
 
@@ -120,3 +122,52 @@ def test_the_overload_run_answers_only_200_and_429_and_recovers(
     )
     assert capacity["answered_per_s"] > 0 and recovery["answered_per_s"] > 0
     assert report["queue_depth_max_items"] <= 8
+
+
+def test_the_host_benchmark_pieces_measure_what_they_say(tmp_path: Path):
+    """`--host-only`: the zero-layer model has no transformer layers and serves through the
+    real loading code; the tokenizer-only run encodes every pair at each batch size."""
+    from eval.bench_host import (
+        XLMR_TOKENIZER,
+        build_requests,
+        build_zero_layer_model,
+        tokenizer_only,
+    )
+
+    if not XLMR_TOKENIZER.exists():
+        pytest.skip("needs ../shared/models")
+    model = build_zero_layer_model(XLMR_TOKENIZER, tmp_path / "zero")
+    scorer = CrossEncoderScorer(str(model), placement=Placement("cpu", torch.float32))
+    assert scorer._runner.config.num_hidden_layers == 0
+    requests = build_requests(SAMPLE_DATASET, requests=3, documents=4)
+    assert [len(docs) for _, docs in requests] == [4, 4, 4]
+    assert scorer.score(requests[0][0], requests[0][1]).shape == (4,)
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps([(q, d) for q, docs in requests for d in docs]))
+    sweep = tokenizer_only(model, pairs, [2, 4])
+    assert set(sweep) == {"2", "4"} and all(rate > 0 for rate in sweep.values())
+
+
+def test_the_gpu_benchmark_runs_end_to_end_on_tiny_models(tmp_path: Path):
+    """`make bench-gpu` with `--tiny` on the CPU: every section is measured and reported."""
+    from eval.bench_gpu import RERANKER_CONFIG, TOKENIZER
+    from eval.bench_gpu import main as bench_gpu
+
+    if not (RERANKER_CONFIG.exists() and TOKENIZER.exists()):
+        pytest.skip("needs ../shared/models")
+    out = tmp_path / "gpu.json"
+    args = ["--device", "cpu", "--tiny", "--queries", "2", "--pairs", "16"]
+    args += ["--server-requests", "4", "--data", str(SAMPLE_DATASET), "--out", str(out)]
+    assert bench_gpu(args) == 0
+    report = json.loads(out.read_text())
+    assert report["matmul_peak_tflops"] > 0
+    for length in ("128", "256", "512", "scifact"):
+        row = report["reranker"][length]
+        assert row["packed"]["pairs_per_s"] > 0 and row["padded"]["pairs_per_s"] > 0
+        assert 0 < row["packed"]["peak_share"] < 1
+    assert set(report["reranker"]["scifact_packed_by_budget"]) == {"16384", "32768", "65536"}
+    assert set(report["server"]) == {"16", "64"}
+    assert all(row["over_model_only"] > 0 for row in report["server"].values())
+    assert set(report["embedder"]) == {"packed", "padded"}
+    # The CPU runs fp32 on both paths: the same top-10 every time.
+    assert report["agreement_top10"] == 1.0

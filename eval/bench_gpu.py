@@ -1,0 +1,406 @@
+"""`make bench-gpu`: the scoring pipeline on one GPU, with random models of the production shapes.
+
+Builds random-weight models shaped like bge-reranker-v2-m3 and multilingual-e5-base (real
+configs and the real XLM-R tokenizer from `../shared/models`), then reports in one run:
+
+* the GPU's measured bf16 matmul peak (TFLOP/s);
+* reranker pairs/s, model only, at 128, 256 and 512 tokens and at SciFact lengths (each query
+  against 100 abstracts, windowed as the server windows them), packed vs padded, and the share
+  of the measured peak each reaches; packed under several token budgets and varlen kernels;
+* `/v1/rerank` on a real `ragrank serve` at 16 and 64 clients x 32 abstracts, against the model
+  alone at the same lengths;
+* embedder passages/s (SciFact abstracts), packed vs padded;
+* how often the packed bf16 top-10 of a query equals the fp32 padded top-10.
+
+Random weights: the figures are speed and numerics only, never relevance. `--tiny` swaps in
+two-layer models of the same families so the whole run can be checked on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from eval.beir import load_beir
+from eval.bench_load import RunResult, Workload, drive, free_port, server_process
+from ragrank import SAMPLE_DATASET
+from ragrank.device import Placement, resolve_placement
+from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.packing import VARLEN_BACKENDS, Batch, collate_packed, collate_padded, first_position
+from ragrank.tokens import ModelInput
+
+console = Console()
+
+SHARED = Path("../shared")
+RERANKER_CONFIG = SHARED / "models" / "bge-reranker-v2-m3"
+EMBEDDER_CONFIG = SHARED / "models" / "multilingual-e5-base"
+TOKENIZER = SHARED / "models" / "xlm-roberta-tokenizer" / "tokenizer.json.gz"
+SCIFACT = SHARED / "data" / "scifact"
+TOKEN_BUDGETS = (16_384, 32_768, 65_536)
+
+
+def build_models(out: Path, *, tiny: bool) -> tuple[Path, Path]:
+    """Random models of the two production shapes (or two-layer ones with `tiny`)."""
+    from transformers import AutoConfig
+
+    from eval.random_models import load_tokenizer, save_random_model
+
+    folders = []
+    for kind, config_dir in (("reranker", RERANKER_CONFIG), ("embedder", EMBEDDER_CONFIG)):
+        config = AutoConfig.from_pretrained(str(config_dir))
+        if tiny:
+            config.update({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128})
+            config.num_attention_heads = 4
+        tokenizer = load_tokenizer(TOKENIZER, out / f"{kind}-tok", 512)
+        folders.append(save_random_model(kind, config, tokenizer, out / kind))  # type: ignore[arg-type]
+    return folders[0], folders[1]
+
+
+def matmul_peak(device: str, dtype: torch.dtype, size: int) -> float:
+    """Measured TFLOP/s of one large matmul, the ceiling the model's share is read against."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    seconds = _timed(lambda: a @ b, device, repeat=20)
+    return 2 * size**3 / seconds / 1e12
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _timed(work: Callable[[], object], device: str, repeat: int = 1) -> float:
+    """Seconds per call of `work`, the device synchronised around it."""
+    _sync(device)
+    started = time.perf_counter()
+    for _ in range(repeat):
+        work()
+    _sync(device)
+    return (time.perf_counter() - started) / repeat
+
+
+def encoder_flops(config: Any, lengths: Sequence[int]) -> float:
+    """FLOPs of the encoder layers over sequences of `lengths`: the matmuls (2 x weights x
+    tokens) plus attention (4 x length^2 x hidden per layer)."""
+    hidden, ffn = int(config.hidden_size), int(config.intermediate_size)
+    layers = int(config.num_hidden_layers)
+    weights = layers * (4 * hidden * hidden + 2 * hidden * ffn)
+    tokens = sum(lengths)
+    squares = sum(length * length for length in lengths)
+    return 2.0 * weights * tokens + 4.0 * hidden * layers * squares
+
+
+def batches_of(
+    inputs: Sequence[ModelInput], budget: int, *, packed: bool, cap: int = 4096
+) -> list[list[ModelInput]]:
+    """Length-sorted batches under a token budget: real tokens when packed, else padded."""
+    ordered = sorted(inputs, key=len, reverse=True)
+    out: list[list[ModelInput]] = []
+    current: list[ModelInput] = []
+    total = 0
+    for item in ordered:
+        cost = (
+            total + len(item)
+            if packed
+            else (len(current) + 1) * len(current[0] if current else item)
+        )
+        if current and (len(current) >= cap or cost > budget):
+            out.append(current)
+            current, total = [], 0
+        current.append(item)
+        total += len(item)
+    if current:
+        out.append(current)
+    return out
+
+
+def forward_rate(
+    model: CrossEncoderScorer | SentenceTransformerEmbedder,
+    inputs: Sequence[ModelInput],
+    *,
+    packed: bool,
+    budget: int,
+    device: str,
+) -> float:
+    """Sequences/s of the forward passes alone (batches collated beforehand)."""
+    tokens = model.tokens
+    config = model._runner.config
+    collated: list[Batch] = []
+    for batch in batches_of(inputs, budget, packed=packed):
+        if packed:
+            collated.append(
+                collate_packed(
+                    batch,
+                    first_position=first_position(config),
+                    uses_types=tokens.template.uses_types,
+                    pin=device.startswith("cuda"),
+                )
+            )
+        else:
+            collated.append(
+                collate_padded(
+                    batch,
+                    pad_id=tokens.pad_id,
+                    uses_types=tokens.template.uses_types,
+                    pin=device.startswith("cuda"),
+                )
+            )
+    model.forward(collated[0])  # warm-up
+    seconds = _timed(lambda: [model.forward(batch) for batch in collated], device)
+    return len(inputs) / seconds
+
+
+def synthetic_pairs(scorer: CrossEncoderScorer, length: int, count: int) -> list[ModelInput]:
+    """`count` pairs of exactly `length` tokens: a 16-token query and a passage filling the rest."""
+    rng = np.random.default_rng(length)
+    passage = length - 16 - scorer.tokens.template.pair_specials
+    return [
+        scorer.tokens.pair(
+            rng.integers(5, 250_000, 16).tolist(), rng.integers(5, 250_000, passage).tolist()
+        )
+        for _ in range(count)
+    ]
+
+
+def scifact_requests(data: Path, queries: int, documents: int) -> list[tuple[str, list[str]]]:
+    """Each query against `documents` random abstracts (title and text)."""
+    dataset = load_beir(data)
+    rng = random.Random(0)
+    texts = [f"{d.title} {d.text}".strip() for d in dataset.corpus.values()]
+    chosen = rng.sample(sorted(dataset.queries.values()), min(queries, len(dataset.queries)))
+    return [(query, rng.sample(texts, min(documents, len(texts)))) for query in chosen]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench_gpu", description=__doc__)
+    parser.add_argument("--device", default="auto", help="auto, cuda or cpu (auto)")
+    parser.add_argument("--tiny", action="store_true", help="two-layer models: a CPU check")
+    parser.add_argument("--queries", type=int, default=30, help="SciFact queries (30)")
+    parser.add_argument("--pairs", type=int, default=2048, help="pairs per fixed length (2048)")
+    parser.add_argument("--server-requests", type=int, default=128, help="/v1/rerank requests")
+    parser.add_argument("--data", type=Path, help=f"BEIR folder ({SCIFACT} if present)")
+    parser.add_argument("--out", type=Path, help="JSON report (eval-results/bench-gpu-<time>)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    placement = resolve_placement(args.device)
+    device = placement.device
+    data = args.data or (SCIFACT if SCIFACT.exists() else SAMPLE_DATASET)
+    out = args.out or Path("eval-results") / time.strftime("bench-gpu-%Y%m%d-%H%M%S.json")
+    report: dict[str, Any] = {"device": device, "dtype": str(placement.dtype), "data": str(data)}
+    if device.startswith("cuda"):
+        report["gpu"] = torch.cuda.get_device_name()
+    with tempfile.TemporaryDirectory(prefix="ragrank-bench-gpu-") as scratch:
+        started = time.perf_counter()
+        reranker_dir, embedder_dir = build_models(Path(scratch), tiny=args.tiny)
+        console.print(f"models built in {time.perf_counter() - started:.0f} s")
+        size = 8192 if device.startswith("cuda") else 1024
+        peak = matmul_peak(device, placement.dtype, size)
+        report["matmul_peak_tflops"] = round(peak, 1)
+        console.print(f"measured {placement.dtype} matmul peak: {peak:.1f} TFLOP/s")
+        report["reranker"] = _reranker(
+            reranker_dir, placement=placement, data=data, args=args, peak=peak, report=report
+        )
+        report["server"] = _server(
+            reranker_dir, embedder=embedder_dir, device=device, data=data, args=args, report=report
+        )
+        report["embedder"] = _embedder(embedder_dir, placement, data, args)
+        report["agreement_top10"] = _agreement(reranker_dir, placement, data, args.queries)
+    _print(report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"wrote {out}")
+    return 0
+
+
+def _reranker(
+    folder: Path,
+    *,
+    placement: Placement,
+    data: Path,
+    args: argparse.Namespace,
+    peak: float,
+    report: dict[str, Any],
+) -> dict[str, Any]:
+    device = placement.device
+    scorer = CrossEncoderScorer(str(folder), placement=placement, packed="on")
+    config = scorer._runner.config
+    rows: dict[str, Any] = {}
+    workloads = {
+        str(length): synthetic_pairs(scorer, length, args.pairs) for length in (128, 256, 512)
+    }
+    requests = scifact_requests(data, args.queries, 100)
+    scifact: list[ModelInput] = []
+    for query, docs in requests:
+        scifact.extend(scorer.plan_windows(query, docs).inputs)
+    workloads["scifact"] = scifact
+    report["scifact_tokens_mean"] = round(float(np.mean([len(i) for i in scifact])), 1)
+    for name, inputs in workloads.items():
+        flops = encoder_flops(config, [len(i) for i in inputs]) / len(inputs)
+        entry: dict[str, Any] = {}
+        for packed in (True, False):
+            rate = forward_rate(scorer, inputs, packed=packed, budget=32_768, device=device)
+            entry["packed" if packed else "padded"] = {
+                "pairs_per_s": round(rate, 1),
+                "peak_share": round(rate * flops / (peak * 1e12), 3),
+            }
+        entry["packed_over_padded"] = round(
+            entry["packed"]["pairs_per_s"] / entry["padded"]["pairs_per_s"], 2
+        )
+        rows[name] = entry
+        console.print(f"reranker {name}: {entry}")
+    budgets = {}
+    for budget in TOKEN_BUDGETS:
+        budgets[str(budget)] = round(
+            forward_rate(scorer, scifact, packed=True, budget=budget, device=device), 1
+        )
+    rows["scifact_packed_by_budget"] = budgets
+    kernels: dict[str, float | str] = {}
+    for kernel in VARLEN_BACKENDS[1:]:
+        if kernel != "sdpa" and not device.startswith("cuda"):
+            continue
+        scorer._runner.varlen = kernel
+        try:
+            kernels[kernel] = round(
+                forward_rate(scorer, scifact, packed=True, budget=32_768, device=device), 1
+            )
+        except Exception as exc:  # a kernel missing on this machine is reported, not fatal
+            kernels[kernel] = f"unavailable: {type(exc).__name__}: {str(exc)[:120]}"
+    rows["scifact_packed_by_kernel"] = kernels
+    return rows
+
+
+def _server(
+    reranker: Path,
+    *,
+    embedder: Path,
+    device: str,
+    data: Path,
+    args: argparse.Namespace,
+    report: dict[str, Any],
+) -> dict[str, Any]:
+    requests = scifact_requests(data, args.server_requests, 32)
+    pairs = sum(len(docs) for _, docs in requests)
+    port = free_port()
+    env = {
+        **os.environ,
+        "RAGRANK_RERANK_MODEL": str(reranker),
+        "RAGRANK_EMBED_MODEL": str(embedder),
+        "RAGRANK_QDRANT_PATH": tempfile.mkdtemp(prefix="ragrank-bench-qdrant-"),
+        "RAGRANK_QDRANT_URL": "",
+        "RAGRANK_HOST": "127.0.0.1",
+        "RAGRANK_PORT": str(port),
+        "RAGRANK_DEVICE": device,
+        "RAGRANK_PACKED": "on",
+        "RAGRANK_REQUEST_TIMEOUT_S": "3600",
+        "RAGRANK_LOG_LEVEL": "WARNING",
+    }
+    base = f"http://127.0.0.1:{port}"
+    workload = Workload(requests=requests, lengths=[])
+
+    def body(query: str, docs: list[str]) -> dict[str, Any]:
+        return {"query": query, "documents": docs}
+
+    rows: dict[str, Any] = {}
+    log = Path(tempfile.mkdtemp(prefix="ragrank-bench-log-")) / "serve.log"
+    with server_process([sys.executable, "-m", "ragrank.cli", "serve"], env, base + "/ready", log):
+        asyncio.run(drive(base + "/v1/rerank", body, Workload(requests[:8], []), 4))
+        for clients in (16, 64):
+            seconds, latencies = asyncio.run(drive(base + "/v1/rerank", body, workload, clients))
+            result = RunResult(f"{clients} clients", pairs, seconds, latencies)
+            rows[str(clients)] = result.summary()
+            console.print(f"/v1/rerank, {clients} clients: {result.pairs_per_s:.1f} pairs/s")
+    model_only = report["reranker"]["scifact"]["packed"]["pairs_per_s"]
+    for row in rows.values():
+        row["over_model_only"] = round(row["pairs_per_s"] / model_only, 3)
+    return rows
+
+
+def _embedder(
+    folder: Path, placement: Placement, data: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    embedder = SentenceTransformerEmbedder(
+        str(folder), query_prefix="query: ", passage_prefix="passage: ", placement=placement
+    )
+    dataset = load_beir(data)
+    texts = [f"passage: {d.title} {d.text}".strip() for d in dataset.corpus.values()]
+    inputs = embedder.encode_texts(texts[: args.pairs])
+    return {
+        ("packed" if packed else "padded"): round(
+            forward_rate(embedder, inputs, packed=packed, budget=32_768, device=placement.device),
+            1,
+        )
+        for packed in (True, False)
+    }
+
+
+def _agreement(folder: Path, placement: Placement, data: Path, queries: int) -> float:
+    """Mean share of each query's top-10 that the fast path (packed, the placement's dtype)
+    shares with the fp32 padded forward."""
+    fast = CrossEncoderScorer(str(folder), placement=placement, packed="on")
+    exact = CrossEncoderScorer(
+        str(folder), placement=Placement(placement.device, torch.float32), packed="off"
+    )
+    shares = []
+    for query, docs in scifact_requests(data, queries, 100):
+        plan = fast.plan_windows(query, docs)
+        fast_logits = np.concatenate(
+            [fast.forward(fast.collate(b)) for b in _chunks(plan.inputs, 64)]
+        )
+        exact_logits = np.concatenate(
+            [exact.forward(exact.collate(b)) for b in _chunks(plan.inputs, 64)]
+        )
+        top_fast = set(np.argsort(-fast_logits, kind="stable")[:10].tolist())
+        top_exact = set(np.argsort(-exact_logits, kind="stable")[:10].tolist())
+        shares.append(len(top_fast & top_exact) / 10)
+    return round(float(np.mean(shares)), 4)
+
+
+def _chunks(items: Sequence[ModelInput], size: int) -> list[list[ModelInput]]:
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def _print(report: dict[str, Any]) -> None:
+    table = Table(title=f"reranker, model only ({report['device']}, {report['dtype']})")
+    for column in ("tokens", "packed pairs/s", "peak", "padded pairs/s", "peak ", "packed/padded"):
+        table.add_column(column, justify="right")
+    for name in ("128", "256", "512", "scifact"):
+        row = report["reranker"][name]
+        table.add_row(
+            name,
+            f"{row['packed']['pairs_per_s']:.0f}",
+            f"{row['packed']['peak_share']:.0%}",
+            f"{row['padded']['pairs_per_s']:.0f}",
+            f"{row['padded']['peak_share']:.0%}",
+            f"{row['packed_over_padded']:.2f}",
+        )
+    console.print(table)
+    console.print(f"packed by token budget: {report['reranker']['scifact_packed_by_budget']}")
+    console.print(f"packed by varlen kernel: {report['reranker']['scifact_packed_by_kernel']}")
+    for clients, row in report["server"].items():
+        console.print(
+            f"/v1/rerank {clients} clients: {row['pairs_per_s']:.0f} pairs/s, "
+            f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
+            f"{row['over_model_only']:.2f} x model only"
+        )
+    console.print(f"embedder passages/s: {report['embedder']}")
+    console.print(f"top-10 agreement with fp32 padded: {report['agreement_top10']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
