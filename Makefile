@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo serve bench bench-overload bench-infinity test test-slow lint stack-tools clean
+.PHONY: help setup demo serve bench bench-host bench-gpu bench-overload bench-infinity test test-slow lint stack-tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -45,6 +45,12 @@ serve: setup ## serve the API with the configured models and store
 
 bench: setup ## load benchmark: /v1/rerank vs the model-only ceiling, other batching, Infinity
 	$(BIN)/ragrank bench $(BENCH_ARGS)
+
+bench-host: setup ## host path: /v1/rerank with a zero-layer model vs the tokenizer alone on one core
+	$(BIN)/ragrank bench --host-only $(BENCH_ARGS)
+
+bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model, % of bf16 peak
+	$(BIN)/python -m eval.bench_gpu $(BENCH_ARGS)
 
 bench-overload: setup ## overload: 4x the clients at capacity; only 200 and 429, bounded memory, recovery
 	$(BIN)/python -m eval.bench_overload $(BENCH_ARGS)

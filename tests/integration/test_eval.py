@@ -16,8 +16,9 @@ import pytest
 from eval.command import run_eval, store_factory
 from eval.suite import EvalOptions, evaluate_dataset
 from ragrank.cli import main
-from ragrank.models import Pair, WindowPlan
+from ragrank.models import Pair
 from ragrank.settings import Settings
+from ragrank.tokens import ModelInput, WindowPlan
 from tests.conftest import SHARED_DATA
 from tests.fakes import FakeEmbedder
 
@@ -59,9 +60,11 @@ def write_collection(root: Path) -> dict[str, dict[str, int]]:
 
 class OracleScorer:
     """A stub reranker that knows the qrels: it scores each pair by its relevance grade (or
-    minus it, `reverse=True`). Its windows are whole documents."""
+    minus it, `reverse=True`). Its windows are whole documents; an input's ids point at the
+    pair it stands for."""
 
     model_id = "oracle"
+    packed = False
 
     def __init__(
         self, qrels: dict[str, dict[str, int]], root: Path, *, reverse: bool = False
@@ -78,15 +81,22 @@ class OracleScorer:
             for doc, grade in docs.items()
         }
         self._sign = -1.0 if reverse else 1.0
+        self._pairs: list[Pair] = []
 
     def plan_windows(
         self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
     ) -> WindowPlan:
-        return WindowPlan(
-            pairs=[(query, d) for d in documents],
-            owners=list(range(len(documents))),
-            lengths=[len(d.split()) for d in documents],
-        )
+        inputs = []
+        for document in documents:
+            self._pairs.append((query, document))
+            inputs.append(ModelInput([len(self._pairs) - 1] * max(1, len(document.split()))))
+        return WindowPlan(inputs=inputs, owners=list(range(len(documents))))
+
+    def collate(self, inputs: Sequence[ModelInput]) -> list[Pair]:
+        return [self._pairs[item.ids[0]] for item in inputs]
+
+    def forward(self, batch: list[Pair]) -> np.ndarray:
+        return self.score_pairs(batch)
 
     def score_pairs(self, pairs: Sequence[Pair]) -> np.ndarray:
         return np.array(

@@ -229,3 +229,19 @@ def test_planning_and_scoring_can_run_on_different_threads_at_once(scorer):
     for thread in threads:
         thread.join()
     assert not errors, errors[0]
+
+
+def test_each_host_thread_tokenises_with_its_own_tokenizer_copy(scorer):
+    copies: list[object] = []
+
+    def take() -> None:
+        copies.append(scorer.tokens._own())
+        assert scorer.tokens._own() is copies[-1]  # kept for the thread's life
+
+    threads = [threading.Thread(target=take) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(c) for c in copies}) == 3
+    assert scorer.tokens._backend not in copies

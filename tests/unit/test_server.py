@@ -36,6 +36,22 @@ async def test_the_query_is_embedded_with_the_query_prefix(client, indexed_servi
     assert indexed_services.embedder.seen[0].startswith("passage: ")
 
 
+async def test_search_tokenises_on_host_threads_only(client, indexed_services):
+    """The event loop and the models' threads never tokenise: the query is tokenised once per
+    model, on the host pool."""
+    embedder, scorer = indexed_services.embedder, indexed_services.scorer
+    before = len(embedder.vocabulary.threads), len(scorer.vocabulary.threads)
+    response = await client.post(
+        "/v1/search", json={"query": "heat pumps", "top_k": 5, "candidates": 5}
+    )
+    assert response.status_code == 200 and response.json()["reranked"]
+    new_embed = embedder.vocabulary.threads[before[0] :]
+    new_score = scorer.vocabulary.threads[before[1] :]
+    assert len(new_embed) == 1  # the query, once
+    assert len(new_score) == 1 + 5  # the query once, each candidate once
+    assert all(name.startswith("ragrank-host") for name in new_embed + new_score)
+
+
 async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, indexed_services):
     body = (
         await client.post("/v1/search", json={"query": "river sea", "top_k": 4, "candidates": 12})

@@ -81,3 +81,11 @@ def test_every_field_has_a_documented_variable():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     missing = [name for name, _ in settings_table() if f"`{name}`" not in readme]
     assert not missing, f"README lacks {missing}"
+
+
+def test_host_threads_default_to_cores_but_one(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(8)))
+    assert Settings().host_threads == 7
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0})
+    assert Settings().host_threads == 1
+    assert Settings.from_env({"RAGRANK_TOKENIZER_THREADS": "3"}).host_threads == 3
