@@ -40,9 +40,7 @@ from ragrank.packing import (
 )
 from ragrank.quantization import Agreement, calibration_groups, checked_agreement, quantize_int8
 from ragrank.settings import Settings, env_name
-from ragrank.tokens import DEFAULT_WINDOWS_PER_DOC, ModelInput, Tokens, TokenSpans, WindowPlan
-
-__all__ = ["DEFAULT_WINDOWS_PER_DOC", "ModelInput", "TokenSpans", "WindowPlan"]
+from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
 log = logging.getLogger(__name__)
 
