@@ -164,8 +164,8 @@ def load_model(role: str, model_id: str, setting: str, loader: Callable[[str], _
 
 
 def resolve_packed(setting: str, placement: Placement) -> bool:
-    """`auto` packs on CUDA (padding-free, varlen attention) and pads on the CPU, where the
-    padded forward measured faster (README, performance)."""
+    """`auto` packs on CUDA (padding-free, varlen attention) and pads on the CPU, where
+    packing measured no faster (README, performance)."""
     if setting not in ("auto", "on", "off"):
         raise SettingsError(f"{env_name('packed')} must be one of auto, on, off")
     if setting == "auto":
@@ -190,7 +190,11 @@ class _Runner:
         can_pack: bool = True,
     ) -> None:
         register_attention()
-        model.set_attn_implementation(ATTENTION)
+        try:
+            model.set_attn_implementation(ATTENTION)
+        except (ValueError, NotImplementedError, AttributeError):
+            # A model without transformers' attention interface keeps its own attention.
+            can_pack = False
         self.tokens = tokens
         self.device = placement.device
         self.config = model.config
@@ -230,6 +234,18 @@ class _Runner:
     def running(self) -> Iterator[None]:
         with _device_errors(), self.lock, torch.inference_mode():
             yield
+
+
+def _tokens(tokenizer: Any, max_length: int, role: str, model_id: str) -> Tokens:
+    """The model's `Tokens`, or a `ModelLoadError` naming the model and its setting."""
+    setting = env_name("embed_model" if role == "embedding" else "rerank_model")
+    try:
+        return Tokens(tokenizer, max_length)
+    except ValueError as exc:
+        raise ModelLoadError(
+            f"The {role} model {model_id!r} cannot be served: {exc}. Set {setting} to a model "
+            f"with a fast (tokenizer.json) tokenizer."
+        ) from exc
 
 
 def _sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[int]]:
@@ -275,7 +291,7 @@ class SentenceTransformerEmbedder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self._batch_size = batch_size
-        self.tokens = Tokens(self._model.tokenizer, self.max_length)
+        self.tokens = _tokens(self._model.tokenizer, self.max_length, "embedding", model_id)
         modules = list(self._model)
         self._pooling = _packable_pooling(modules)
         self._normalize_in_model = any(type(m).__name__ == "Normalize" for m in modules)
@@ -410,7 +426,7 @@ class CrossEncoderScorer:
         tokenizer = encoder.tokenizer
         model_limit = int(getattr(tokenizer, "model_max_length", max_length) or max_length)
         self.max_length = min(max_length, model_limit)
-        self.tokens = Tokens(tokenizer, self.max_length)
+        self.tokens = _tokens(tokenizer, self.max_length, "reranking", model_id)
         self._runner = _Runner(
             model,
             self.tokens,
