@@ -37,10 +37,11 @@ from rich.table import Table
 
 from eval.beir import load_beir
 from eval.bench_load import RunResult, Workload, drive, free_port, server_process
+from eval.runs import token_batches
 from ragrank import SAMPLE_DATASET
 from ragrank.device import Placement, resolve_placement
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
-from ragrank.packing import VARLEN_BACKENDS, Batch, collate_packed, collate_padded, first_position
+from ragrank.packing import VARLEN_BACKENDS
 from ragrank.tokens import ModelInput
 
 console = Console()
@@ -106,30 +107,6 @@ def encoder_flops(config: Any, lengths: Sequence[int]) -> float:
     return 2.0 * weights * tokens + 4.0 * hidden * layers * squares
 
 
-def batches_of(
-    inputs: Sequence[ModelInput], budget: int, *, packed: bool, cap: int = 4096
-) -> list[list[ModelInput]]:
-    """Length-sorted batches under a token budget: real tokens when packed, else padded."""
-    ordered = sorted(inputs, key=len, reverse=True)
-    out: list[list[ModelInput]] = []
-    current: list[ModelInput] = []
-    total = 0
-    for item in ordered:
-        cost = (
-            total + len(item)
-            if packed
-            else (len(current) + 1) * len(current[0] if current else item)
-        )
-        if current and (len(current) >= cap or cost > budget):
-            out.append(current)
-            current, total = [], 0
-        current.append(item)
-        total += len(item)
-    if current:
-        out.append(current)
-    return out
-
-
 def forward_rate(
     model: CrossEncoderScorer | SentenceTransformerEmbedder,
     inputs: Sequence[ModelInput],
@@ -138,29 +115,14 @@ def forward_rate(
     budget: int,
     device: str,
 ) -> float:
-    """Sequences/s of the forward passes alone (batches collated beforehand)."""
-    tokens = model.tokens
-    config = model._runner.config
-    collated: list[Batch] = []
-    for batch in batches_of(inputs, budget, packed=packed):
-        if packed:
-            collated.append(
-                collate_packed(
-                    batch,
-                    first_position=first_position(config),
-                    uses_types=tokens.template.uses_types,
-                    pin=device.startswith("cuda"),
-                )
-            )
-        else:
-            collated.append(
-                collate_padded(
-                    batch,
-                    pad_id=tokens.pad_id,
-                    uses_types=tokens.template.uses_types,
-                    pin=device.startswith("cuda"),
-                )
-            )
+    """Sequences/s of the forward passes alone (length-sorted batches under the token budget,
+    collated beforehand)."""
+    lengths = [len(item) for item in inputs]
+    order = sorted(range(len(inputs)), key=lengths.__getitem__)
+    collated = [
+        model.collate([inputs[i] for i in batch], packed=packed)
+        for batch in token_batches(order, lengths, 4096, budget, packed=packed)
+    ]
     model.forward(collated[0])  # warm-up
     seconds = _timed(lambda: [model.forward(batch) for batch in collated], device)
     return len(inputs) / seconds

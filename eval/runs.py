@@ -77,7 +77,7 @@ def rerank_run(
     lengths = [len(item) for item in inputs]
     logits = np.empty(len(inputs), dtype=np.float32)
     order = sorted(range(len(inputs)), key=lengths.__getitem__)
-    batches = list(_batches(order, lengths, batch_size, batch_tokens, packed=scorer.packed))
+    batches = list(token_batches(order, lengths, batch_size, batch_tokens, packed=scorer.packed))
     with (
         tqdm(total=len(inputs), desc="reranking", unit="pair", disable=not progress) as bar,
         ThreadPoolExecutor(1, thread_name_prefix="ragrank-host") as host,
@@ -105,7 +105,7 @@ def rerank_run(
     return best, len(inputs)
 
 
-def _batches(
+def token_batches(
     order: Sequence[int], lengths: Sequence[int], size: int, tokens: int, *, packed: bool
 ) -> Iterator[list[int]]:
     """Consecutive runs of `order` (ascending length) within both limits; the cost is the

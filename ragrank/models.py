@@ -213,9 +213,10 @@ class _Runner:
         # One forward at a time: the API's engine and an in-process indexing worker may share it.
         self.lock = threading.Lock()
 
-    def collate(self, inputs: Sequence[ModelInput]) -> Batch:
+    def collate(self, inputs: Sequence[ModelInput], packed: bool | None = None) -> Batch:
+        """Packed or padded as the model runs (`packed` overrides, for benchmarks)."""
         uses_types = self.tokens.template.uses_types
-        if self.packed:
+        if self.packed if packed is None else packed:
             return collate_packed(
                 inputs,
                 first_position=first_position(self.config),
@@ -292,11 +293,11 @@ class SentenceTransformerEmbedder:
         self.passage_prefix = passage_prefix
         self._batch_size = batch_size
         self.tokens = _tokens(self._model.tokenizer, self.max_length, "embedding", model_id)
-        modules = list(self._model)
+        modules: list[Any] = list(self._model)
         self._pooling = _packable_pooling(modules)
-        self._normalize_in_model = any(type(m).__name__ == "Normalize" for m in modules)
+        self._encoder: torch.nn.Module = modules[0].auto_model
         self._runner = _Runner(
-            modules[0].auto_model,
+            self._encoder,
             self.tokens,
             placement,
             packed=packed,
@@ -331,14 +332,14 @@ class SentenceTransformerEmbedder:
     def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
         return self.tokens.texts(texts)
 
-    def collate(self, inputs: Sequence[ModelInput]) -> Batch:
-        return self._runner.collate(inputs)
+    def collate(self, inputs: Sequence[ModelInput], *, packed: bool | None = None) -> Batch:
+        return self._runner.collate(inputs, packed)
 
     def forward(self, batch: Any) -> Vectors:
         with self._runner.running():
             if isinstance(batch, PackedBatch):
                 hidden = packed_hidden(
-                    self._runner_model, batch, self._runner.device, self._runner.varlen
+                    self._encoder, batch, self._runner.device, self._runner.varlen
                 )
                 pooled = (
                     segment_mean(hidden, batch)
@@ -349,12 +350,6 @@ class SentenceTransformerEmbedder:
                 pooled = self._model.forward(self._runner.features(batch))["sentence_embedding"]
             vectors = F.normalize(pooled.float(), dim=-1)
         return np.asarray(vectors.cpu().numpy(), dtype=np.float32)
-
-    @property
-    def _runner_model(self) -> torch.nn.Module:
-        modules: Any = self._model
-        model: torch.nn.Module = modules[0].auto_model
-        return model
 
     def _encode(self, texts: list[str]) -> Vectors:
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -438,7 +433,6 @@ class CrossEncoderScorer:
             can_pack=_has_known_head(model),
         )
         self.packed = self._runner.packed
-        self._device = placement.device
         self._batch_size = batch_size
         #: How the int8 backend ranks against the float model; None on the torch backend.
         self.agreement: Agreement | None = None
@@ -448,9 +442,10 @@ class CrossEncoderScorer:
     def _use_int8(self, min_agreement: float) -> None:
         """Swap in the int8 model, if its rankings agree with the float model's."""
         backend, threshold = env_name("rerank_backend"), env_name("rerank_min_agreement")
-        if self._device != "cpu":
+        device = self._runner.device
+        if device != "cpu":
             raise ModelLoadError(
-                f"{backend}=int8 runs on the CPU only; set {backend}=torch on {self._device}"
+                f"{backend}=int8 runs on the CPU only; set {backend}=torch on {device}"
             )
         quantized = quantize_int8(self._model)
         agreement = checked_agreement(
@@ -499,8 +494,8 @@ class CrossEncoderScorer:
     ) -> WindowPlan:
         return self.tokens.plan_windows(query, documents, max_tokens_per_doc)
 
-    def collate(self, inputs: Sequence[ModelInput]) -> Batch:
-        return self._runner.collate(inputs)
+    def collate(self, inputs: Sequence[ModelInput], *, packed: bool | None = None) -> Batch:
+        return self._runner.collate(inputs, packed)
 
     def forward(self, batch: Any) -> NDArray[np.float32]:
         return self._run(self._model, batch)
@@ -509,7 +504,7 @@ class CrossEncoderScorer:
         with self._runner.running():
             if isinstance(batch, PackedBatch):
                 base = model.base_model
-                hidden = packed_hidden(base, batch, self._device, self._runner.varlen)
+                hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
                 rows = first_rows(hidden, batch)[:, None, :]
                 if self._runner.family == "bert":
                     rows = base.pooler(rows)

@@ -131,10 +131,6 @@ class PaddedBatch:
 
     features: dict[str, torch.Tensor]
 
-    @property
-    def count(self) -> int:
-        return int(self.features["input_ids"].shape[0])
-
 
 Batch = PackedBatch | PaddedBatch
 

@@ -75,7 +75,7 @@ def test_int8_backend_is_refused_below_the_agreement_threshold(
 
 
 def test_int8_backend_is_cpu_only(scorer: CrossEncoderScorer, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(scorer, "_device", "cuda")
+    monkeypatch.setattr(scorer._runner, "device", "cuda")
     with pytest.raises(ModelLoadError, match="RAGRANK_RERANK_BACKEND=int8 runs on the CPU only"):
         scorer._use_int8(0.9)
 
