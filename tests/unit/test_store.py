@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,12 +16,18 @@ from ragrank.errors import (
     StoreUnreachableError,
 )
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore, point_id
+from ragrank.store import EdgeStore, ServerStore, Store, open_store, point_id
 
 
-@pytest.fixture
-def store(tmp_path: Path):
-    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="c"))
+@pytest.fixture(params=["edge", "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Both engines behind the one interface: Qdrant Edge in a folder, and qdrant-client
+    against a server (its local mode stands in for the server here: no Qdrant binary
+    installs in CI)."""
+    if request.param == "edge":
+        store: Store = open_store(Settings(qdrant_path=tmp_path / "q", collection="c"))
+    else:
+        store = ServerStore(QdrantClient(":memory:"), "c")
     yield store
     store.close()
 
@@ -52,33 +59,46 @@ def test_point_ids_are_deterministic_and_distinct():
     assert point_id("a#1", 0) != point_id("a", 10)
 
 
-def test_collection_is_created_with_cosine_and_the_model_dimension(store: QdrantStore):
+def test_collection_is_created_once_and_answers(store: Store):
+    assert not store.ping()
     store.ensure_collection(8)
     store.ensure_collection(8)  # idempotent
-    info = store._client.get_collection("c")
-    assert info.config.params.vectors.size == 8
-    assert info.config.params.vectors.distance == models.Distance.COSINE
-    assert store.ping()
+    assert store.ping() and store.count() == 0
 
 
-def test_a_dimension_mismatch_is_refused_with_a_clear_error(store: QdrantStore):
+def test_a_dimension_mismatch_is_refused_with_a_clear_error(store: Store):
     store.ensure_collection(8)
     with pytest.raises(CollectionMismatchError, match=r"8-d.*16-d.*RAGRANK_COLLECTION"):
         store.ensure_collection(16)
 
 
-def test_a_distance_mismatch_is_refused(tmp_path: Path):
-    client = QdrantClient(path=str(tmp_path / "q2"))
+def test_an_embedded_collection_keeps_its_dimension_across_restarts(tmp_path: Path):
+    settings = Settings(qdrant_path=tmp_path / "q", collection="c")
+    first = open_store(settings)
+    first.ensure_collection(8)
+    first.upsert(_chunks(3), _unit(3, 8))
+    first.close()
+    again = open_store(settings)
+    try:
+        assert again.count() == 3
+        with pytest.raises(CollectionMismatchError, match=r"8-d.*16-d"):
+            again.ensure_collection(16)
+    finally:
+        again.close()
+
+
+def test_a_distance_mismatch_on_a_server_is_refused():
+    client = QdrantClient(":memory:")
     client.create_collection(
         "dots", vectors_config=models.VectorParams(size=8, distance=models.Distance.DOT)
     )
-    store = QdrantStore(client, "dots")
+    store = ServerStore(client, "dots")
     with pytest.raises(CollectionMismatchError, match="Dot"):
         store.ensure_collection(8)
     store.close()
 
 
-def test_upserting_the_same_chunks_twice_does_not_duplicate(store: QdrantStore):
+def test_upserting_the_same_chunks_twice_does_not_duplicate(store: Store):
     store.ensure_collection(8)
     chunks = _chunks(5)
     store.upsert(chunks, _unit(5, 8))
@@ -86,7 +106,7 @@ def test_upserting_the_same_chunks_twice_does_not_duplicate(store: QdrantStore):
     assert store.count() == 5
 
 
-def test_search_returns_payload_fields_best_first(store: QdrantStore):
+def test_search_returns_payload_fields_best_first(store: Store):
     store.ensure_collection(8)
     vectors = _unit(5, 8)
     store.upsert(_chunks(5, lang="de"), vectors)
@@ -106,86 +126,212 @@ def test_search_returns_payload_fields_best_first(store: QdrantStore):
     assert (top.start, top.end) == (30, 36)
 
 
-def test_filters_match_doc_id_and_metadata(store: QdrantStore):
+def test_filters_match_doc_id_and_metadata(store: Store):
     store.ensure_collection(8)
-    store.upsert(_chunks(3, "a", lang="de", year=2020), _unit(3, 8, seed=2))
-    store.upsert(_chunks(3, "b", lang="fr", year=2021), _unit(3, 8, seed=3))
+    store.upsert(_chunks(3, "a", lang="de", year=2020, score=0.5, draft=True), _unit(3, 8, seed=2))
+    store.upsert(_chunks(3, "b", lang="fr", year=2021, score=1.5, draft=None), _unit(3, 8, seed=3))
     query = _unit(1, 8, seed=4)[0]
-    assert {h.chunk.doc_id for h in store.search(query, 10, {"doc_id": "b"})} == {"b"}
-    assert {h.chunk.doc_id for h in store.search(query, 10, {"lang": "de"})} == {"a"}
-    assert {h.chunk.doc_id for h in store.search(query, 10, {"year": 2021})} == {"b"}
+
+    def docs(where: dict[str, object]) -> set[str]:
+        return {h.chunk.doc_id for h in store.search(query, 10, where)}  # type: ignore[arg-type]
+
+    assert docs({"doc_id": "b"}) == {"b"}
+    assert docs({"lang": "de"}) == {"a"}
+    assert docs({"year": 2021}) == {"b"}
+    assert docs({"score": 0.5}) == {"a"}
+    assert docs({"draft": True}) == {"a"}
+    assert docs({"draft": None}) == {"b"}
     assert store.search(query, 10, {"lang": "de", "doc_id": "b"}) == []
 
 
-def test_a_locked_embedded_folder_names_the_way_out(store: QdrantStore, tmp_path: Path):
-    # The fixture's client holds tmp_path / "q"; a second client in this process is refused.
-    with pytest.raises(StoreError, match="RAGRANK_QDRANT_URL"):
-        QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q"))
+def test_document_bookkeeping_has_the_same_semantics_on_both_engines(store: Store):
+    """Stamps read back, tails and whole documents deleted, origins listed, across more
+    points than one scroll page."""
+    from ragrank.store import DocumentStamp
+
+    store.ensure_collection(4)
+    stamp = DocumentStamp("h1", 1100, origin="/docs")
+    store.upsert(_chunks(1100, "big"), _unit(1100, 4), {"big": stamp})
+    store.upsert(_chunks(2, "small"), _unit(2, 4, seed=1), {"small": DocumentStamp("h2", 2)})
+    stored = store.stored_documents(["big", "small", "absent"])
+    assert set(stored) == {"big", "small"}
+    assert stored["big"].holds_version("h1", "/docs")
+    assert not stored["big"].holds_version("h1", "/elsewhere")
+    assert store.documents_from("/docs") == {"big"}
+
+    store.delete_tails({"big": 1000, "small": 5})
+    assert store.stored_documents(["big"])["big"].chunks == set(range(1000))
+    assert store.count() == 1002
+    store.delete_documents(["big"])
+    assert store.count() == 2 and store.documents_from("/docs") == set()
+
+
+def test_points_come_back_with_their_ids_vectors_and_payloads(store: Store):
+    store.ensure_collection(4)
+    vectors = _unit(300, 4)
+    store.upsert(_chunks(300), vectors)
+    points = [point for batch in store.points(batch=128) for point in batch]
+    assert sorted(p.id for p in points) == sorted(point_id("doc", i) for i in range(300))
+    by_chunk = {int(p.payload["chunk"]): p for p in points}
+    assert by_chunk[7].payload["text"] == "text 7"
+    np.testing.assert_allclose(by_chunk[7].vector, vectors[7], atol=1e-6)
+
+
+def test_payload_indexes_are_made_by_both_engines(tmp_path: Path):
+    expected = ["doc_id", "origin", "metadata.lang", "metadata.team"]
+    embedded = open_store(Settings(qdrant_path=tmp_path / "q"))
+    try:
+        embedded.ensure_collection(4)
+        embedded.ensure_payload_indexes(("lang", "team"))
+        embedded.ensure_payload_indexes(("lang", "team"))  # idempotent
+        assert isinstance(embedded, EdgeStore)
+        assert sorted(embedded._open().info().payload_schema) == sorted(expected)
+    finally:
+        embedded.close()
+
+    indexed: list[tuple[str, object]] = []
+
+    class RecordingClient:  # the local-mode stand-in keeps no payload index to show
+        def create_payload_index(self, collection: str, *, field_name, field_schema, wait):
+            indexed.append((field_name, field_schema))
+
+    ServerStore(RecordingClient(), "c").ensure_payload_indexes(("lang", "team"))  # type: ignore[arg-type]
+    assert indexed == [(name, models.PayloadSchemaType.KEYWORD) for name in expected]
+
+
+def test_a_locked_embedded_folder_names_the_way_out(tmp_path: Path):
+    holder = open_store(Settings(qdrant_path=tmp_path / "q"))
+    try:
+        with pytest.raises(StoreError, match="RAGRANK_QDRANT_URL"):
+            open_store(Settings(qdrant_path=tmp_path / "q"))
+    finally:
+        holder.close()
+    open_store(Settings(qdrant_path=tmp_path / "q")).close()  # free once the holder closed
 
 
 def test_an_unreachable_server_reports_not_ready():
-    store = QdrantStore.from_settings(Settings(qdrant_url="http://127.0.0.1:9"))
+    store = open_store(Settings(qdrant_url="http://127.0.0.1:9"))
     assert not store.ping()
     with pytest.raises(StoreError):
         store.count()
     store.close()
 
 
-class RecordingClient:
-    """Records the payload indexes and collections asked for (the embedded client has no
-    payload indexes or shards to show)."""
+def test_unindexed_points_are_searched_exactly_and_optimize_builds_the_graph(tmp_path: Path):
+    """Until `optimize`, new points sit in a segment without a graph and every search is
+    exact; after it, the graph answers (at a wide `ef`, with the exact neighbours)."""
+    from ragrank.store import IndexTuning
 
-    def __init__(self) -> None:
-        self.indexed: list[tuple[str, object]] = []
-        self.created: list[dict[str, object]] = []
+    tuning = IndexTuning(indexing_threshold_kb=1, full_scan_threshold_kb=1, ef=256)
+    store = EdgeStore(tmp_path / "q", "c", tuning=tuning)
+    try:
+        store.ensure_collection(16)
+        vectors = _unit(3000, 16)
+        for start in range(0, 3000, 500):
+            store.upsert(_chunks(500, f"d{start}"), vectors[start : start + 500])
+        assert store.unindexed() == 3000
+        queries = _unit(20, 16, seed=9)
 
-    def collection_exists(self, collection: str) -> bool:
-        return False
+        def ids(exact: bool) -> list[list[str]]:
+            return [
+                [
+                    f"{h.chunk.doc_id}/{h.chunk.chunk_index}"
+                    for h in store.search(q, 10, exact=exact)
+                ]
+                for q in queries
+            ]
 
-    def create_collection(self, collection: str, **arguments) -> None:
-        self.created.append(arguments)
+        exact = ids(True)
+        assert ids(False) == exact
+        store.optimize()
+        assert store.unindexed() == 0
+        found = sum(len(set(a) & set(e)) for a, e in zip(ids(False), exact, strict=True))
+        assert found >= 0.95 * 200
+    finally:
+        store.close()
 
-    def create_payload_index(self, collection: str, *, field_name: str, field_schema, wait):
-        self.indexed.append((field_name, field_schema))
+
+def test_searches_answer_while_a_writer_writes(tmp_path: Path):
+    """The in-process worker and the searches share one shard: every search answers, and the
+    count ends at what was written."""
+    import threading
+
+    store = open_store(Settings(qdrant_path=tmp_path / "q", collection="c"))
+    store.ensure_collection(8)
+    store.upsert(_chunks(10, "seed"), _unit(10, 8))
+    errors: list[BaseException] = []
+    answered = [0]
+
+    def write() -> None:
+        try:
+            for batch in range(40):
+                store.upsert(_chunks(25, f"w{batch}"), _unit(25, 8, seed=batch))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def search(seed: int) -> None:
+        try:
+            while writer.is_alive():
+                assert len(store.search(_unit(1, 8, seed=seed)[0], 5)) == 5
+                answered[0] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    readers = [threading.Thread(target=search, args=(seed,)) for seed in (1, 2)]
+    writer.start()
+    for reader in readers:
+        reader.start()
+    writer.join()
+    for reader in readers:
+        reader.join()
+    try:
+        assert errors == []
+        assert answered[0] > 0 and store.count() == 10 + 40 * 25
+    finally:
+        store.close()
 
 
-def test_payload_indexes_are_created_on_a_server_only():
-    client = RecordingClient()
-    server = QdrantStore(client, "c", embedded=False)  # type: ignore[arg-type]
-    server.ensure_payload_indexes(("lang", "team"))
-    assert client.indexed == [
-        (name, models.PayloadSchemaType.KEYWORD)
-        for name in ("doc_id", "origin", "metadata.lang", "metadata.team")
-    ]
-    embedded_client = RecordingClient()
-    QdrantStore(embedded_client, "c", embedded=True).ensure_payload_indexes(("lang",))  # type: ignore[arg-type]
-    assert embedded_client.indexed == []
+def test_a_new_collection_on_a_server_gets_the_layout_and_index_settings():
+    settings = Settings(
+        qdrant_url="http://qdrant:6333",
+        qdrant_shard_number=6,
+        qdrant_replication_factor=2,
+        qdrant_write_consistency_factor=2,
+        hnsw_m=24,
+        hnsw_ef_construct=200,
+    )
+    created: list[dict[str, object]] = []
+
+    class RecordingClient:
+        def collection_exists(self, collection: str) -> bool:
+            return False
+
+        def create_collection(self, collection: str, **arguments: object) -> None:
+            created.append(arguments)
+
+    template = ServerStore.from_settings(settings)
+    server = ServerStore(
+        RecordingClient(),  # type: ignore[arg-type]
+        "c",
+        layout=template.layout,
+        tuning=template.tuning,
+    )
+    server.ensure_collection(8)
+    (arguments,) = created
+    assert (arguments["shard_number"], arguments["replication_factor"]) == (6, 2)
+    assert arguments["write_consistency_factor"] == 2
+    assert arguments["vectors_config"] == models.VectorParams(
+        size=8, distance=models.Distance.COSINE
+    )
+    hnsw = arguments["hnsw_config"]
+    assert isinstance(hnsw, models.HnswConfigDiff) and (hnsw.m, hnsw.ef_construct) == (24, 200)
 
 
 def test_metadata_index_keys_come_from_a_comma_separated_setting():
     settings = Settings.from_env({"RAGRANK_METADATA_INDEXES": " lang, team ,"})
     assert settings.metadata_index_keys == ("lang", "team")
     assert Settings().metadata_index_keys == ()
-
-
-def test_a_new_collection_on_a_server_gets_the_cluster_layout_from_the_settings():
-    settings = Settings(
-        qdrant_url="http://qdrant:6333",
-        qdrant_shard_number=6,
-        qdrant_replication_factor=2,
-        qdrant_write_consistency_factor=2,
-    )
-    client = RecordingClient()
-    layout = QdrantStore.from_settings(settings).layout
-    QdrantStore(client, "c", embedded=False, layout=layout).ensure_collection(8)  # type: ignore[arg-type]
-    (created,) = client.created
-    assert (created["shard_number"], created["replication_factor"]) == (6, 2)
-    assert created["write_consistency_factor"] == 2
-    assert created["vectors_config"] == models.VectorParams(size=8, distance=models.Distance.COSINE)
-
-    embedded = RecordingClient()
-    QdrantStore(embedded, "c", embedded=True, layout=layout).ensure_collection(8)  # type: ignore[arg-type]
-    assert embedded.created[0]["shard_number"] is None
 
 
 class RacingClient(QdrantClient):
@@ -212,12 +358,12 @@ class RacingClient(QdrantClient):
 
 def test_replicas_starting_together_share_the_collection_one_of_them_created():
     client = RacingClient(dimension=8)
-    QdrantStore(client, "c").ensure_collection(8)  # the losing create is not an error
+    ServerStore(client, "c").ensure_collection(8)  # the losing create is not an error
     assert client.raced and client.get_collection("c").config.params.vectors.size == 8
 
     mismatched = RacingClient(dimension=16)
     with pytest.raises(CollectionMismatchError, match="16-d"):
-        QdrantStore(mismatched, "c").ensure_collection(8)
+        ServerStore(mismatched, "c").ensure_collection(8)
 
 
 def test_a_write_cannot_wait_for_more_copies_than_exist():
@@ -225,6 +371,8 @@ def test_a_write_cannot_wait_for_more_copies_than_exist():
         Settings(qdrant_replication_factor=2, qdrant_write_consistency_factor=3)
     with pytest.raises(SettingsError, match="RAGRANK_QDRANT_SHARD_NUMBER"):
         Settings(qdrant_shard_number=0)
+    with pytest.raises(SettingsError, match="RAGRANK_HNSW_EF"):
+        Settings(hnsw_ef=0)
 
 
 def test_a_remote_server_gets_the_api_key_on_every_request():
@@ -253,9 +401,7 @@ def test_a_remote_server_gets_the_api_key_on_every_request():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        store = QdrantStore.from_settings(
-            Settings(qdrant_url=url, qdrant_api_key="s3cret", collection="docs")
-        )
+        store = open_store(Settings(qdrant_url=url, qdrant_api_key="s3cret", collection="docs"))
         assert store.ping()
         store.close()
     finally:
@@ -272,7 +418,7 @@ def test_failures_worth_retrying_are_told_apart_from_refusals():
 
         return call
 
-    store = QdrantStore(QdrantClient(":memory:"), "c")
+    store = ServerStore(QdrantClient(":memory:"), "c")
     transient = [
         ResponseHandlingException(ConnectionRefusedError("refused")),
         UnexpectedResponse(503, "Service Unavailable", b"", httpx.Headers()),
@@ -286,3 +432,64 @@ def test_failures_worth_retrying_are_told_apart_from_refusals():
         with pytest.raises(StoreError) as raised:
             store._call(failing(exc))
         assert not isinstance(raised.value, StoreUnreachableError)
+
+
+def test_a_build_alongside_searches_keeps_them_answering_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The serving process's build: a child process builds the graph while this one searches
+    a copy of the shard; searches answer throughout, exactly; a write waits for the build and
+    then lands."""
+    import threading
+    import time
+
+    from ragrank.store import IndexTuning, edge
+
+    tuning = IndexTuning(indexing_threshold_kb=1, full_scan_threshold_kb=1, ef=256)
+    store = EdgeStore(tmp_path / "q", "c", tuning=tuning)
+    store.ensure_collection(16)
+    vectors = _unit(3000, 16)
+    for start in range(0, 3000, 500):
+        store.upsert(_chunks(500, f"d{start}"), vectors[start : start + 500])
+    queries = _unit(10, 16, seed=9)
+
+    def ids(exact: bool) -> list[list[str]]:
+        hits = (store.search(q, 10, exact=exact) for q in queries)
+        return [[f"{h.chunk.doc_id}/{h.chunk.chunk_index}" for h in found] for found in hits]
+
+    exact = ids(True)
+    building = threading.Event()
+    build = edge._build_in_child
+
+    def observed_build(path: Path) -> None:
+        building.set()
+        try:
+            build(path)
+        finally:
+            building.clear()
+
+    monkeypatch.setattr(edge, "_build_in_child", observed_build)
+    builder = threading.Thread(target=lambda: store.optimize(while_serving=True))
+    builder.start()
+    assert building.wait(30)
+    landed: list[float] = []
+    writer = threading.Thread(
+        target=lambda: (store.upsert(_chunks(5, "late"), _unit(5, 16)), landed.append(time.time()))
+    )
+    writer.start()
+    during = 0
+    while building.is_set():
+        answer = ids(False)
+        if building.is_set():  # began and ended within the build
+            assert answer == exact
+            during += 1
+    ended = time.time()
+    builder.join()
+    writer.join()
+    try:
+        assert during > 0
+        assert landed and landed[0] >= ended - 0.5  # the write waited for the build
+        assert store.unindexed() == 5 and store.count() == 3005  # only the late write waits
+        assert not (tmp_path / "q" / "edge" / ".c.reading").exists()
+    finally:
+        store.close()

@@ -1,0 +1,55 @@
+"""The vector store: one collection of chunk vectors (cosine), behind one interface with two
+engines. Embedded (`RAGRANK_QDRANT_PATH`) runs Qdrant Edge in-process; a server
+(`RAGRANK_QDRANT_URL`) runs through qdrant-client."""
+
+from __future__ import annotations
+
+from ragrank.settings import Settings
+from ragrank.store.base import (
+    POINT_NAMESPACE,
+    TOP_LEVEL_FILTER_KEYS,
+    AnyOf,
+    AtLeast,
+    Condition,
+    DocumentStamp,
+    Equals,
+    IndexTuning,
+    IsNull,
+    Store,
+    StoredDocument,
+    StoredPoint,
+    Where,
+    point_id,
+)
+from ragrank.store.edge import EdgeStore
+from ragrank.store.server import CollectionLayout, ServerStore
+
+
+def open_store(settings: Settings) -> Store:
+    """The store the settings name: a Qdrant server when `qdrant_url` is set, else the
+    embedded Qdrant Edge folder at `qdrant_path`."""
+    if settings.uses_embedded_qdrant:
+        return EdgeStore.from_settings(settings)
+    return ServerStore.from_settings(settings)
+
+
+__all__ = [
+    "POINT_NAMESPACE",
+    "TOP_LEVEL_FILTER_KEYS",
+    "AnyOf",
+    "AtLeast",
+    "CollectionLayout",
+    "Condition",
+    "DocumentStamp",
+    "EdgeStore",
+    "Equals",
+    "IndexTuning",
+    "IsNull",
+    "ServerStore",
+    "Store",
+    "StoredDocument",
+    "StoredPoint",
+    "Where",
+    "open_store",
+    "point_id",
+]

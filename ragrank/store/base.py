@@ -1,0 +1,299 @@
+"""What every engine of the store shares: point ids, the payload layout, document stamps, an
+engine-neutral filter, and the operations built from the engines' primitives."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragrank.documents import Candidate, Chunk, MetadataValue
+from ragrank.settings import Settings
+
+#: Fixed namespace so that point ids are the same on every machine and in every run.
+POINT_NAMESPACE = uuid.UUID("4f1f0c62-3c1b-5a57-9d0e-7a1d2c9b6e11")
+
+#: Payload keys a search filter may name directly; any other key is looked up in `metadata`.
+TOP_LEVEL_FILTER_KEYS = frozenset({"doc_id"})
+
+#: Payload keys that always get a keyword index: the indexer filters on them on every run.
+INDEXED_KEYS = ("doc_id", "origin")
+
+
+@dataclass(frozen=True)
+class DocumentStamp:
+    """What every chunk point of a document records about the version it came from."""
+
+    content_hash: str
+    chunks: int
+    #: The source it was indexed from (a folder or file path), for `--delete-missing`.
+    origin: str = ""
+
+
+@dataclass
+class StoredDocument:
+    """The points a document has in the collection."""
+
+    chunks: set[int] = field(default_factory=set)
+    stamps: set[DocumentStamp] = field(default_factory=set)
+
+    def holds_version(self, content_hash: str, origin: str) -> bool:
+        """Exactly chunks 0..n-1, all stamped with this version: nothing missing, no stale
+        point (whatever a crashed run may have left)."""
+        if len(self.stamps) != 1:
+            return False
+        (stamp,) = self.stamps
+        return (stamp.content_hash, stamp.origin) == (content_hash, origin) and self.chunks == set(
+            range(stamp.chunks)
+        )
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    """A point as stored: what `ragrank store migrate` copies between engines."""
+
+    id: str
+    vector: list[float]
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class IndexTuning:
+    """The vector index: HNSW graph degree and build width, the search width, and the size
+    (KiB of vectors) from which a segment gets a graph (smaller ones are scanned exactly)."""
+
+    m: int = 16
+    ef_construct: int = 100
+    ef: int = 128
+    indexing_threshold_kb: int = 10_000
+    #: Below this many KiB of candidate vectors a search scans them exactly.
+    full_scan_threshold_kb: int = 10_000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> IndexTuning:
+        return cls(
+            m=settings.hnsw_m,
+            ef_construct=settings.hnsw_ef_construct,
+            ef=settings.hnsw_ef,
+            indexing_threshold_kb=settings.hnsw_indexing_threshold_kb,
+            full_scan_threshold_kb=settings.hnsw_indexing_threshold_kb,
+        )
+
+
+# An engine-neutral filter: each engine translates it into its own classes.
+@dataclass(frozen=True)
+class Equals:
+    key: str
+    value: str | int | bool | float
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    key: str
+    value: float
+
+
+@dataclass(frozen=True)
+class IsNull:
+    key: str
+
+
+@dataclass(frozen=True)
+class Where:
+    """All of `must` and, when `should` is given, at least one of `should`."""
+
+    must: tuple[Condition, ...] = ()
+    should: tuple[Condition, ...] = ()
+
+
+Condition = Equals | AnyOf | AtLeast | IsNull | Where
+
+
+def point_id(doc_id: str, chunk_index: int) -> str:
+    """A deterministic UUID for a chunk, so re-indexing a document overwrites its points."""
+    return str(uuid.uuid5(POINT_NAMESPACE, json.dumps([doc_id, chunk_index])))
+
+
+class Store(ABC):
+    """Reads and writes chunk points in one collection. Engines implement the primitives
+    (the abstract methods); the document-level operations are built on them once, here, so
+    that both engines keep the same semantics."""
+
+    collection: str
+    #: Whether the store lives in this process (and ragrank must build its index).
+    embedded: bool
+    tuning: IndexTuning
+
+    @abstractmethod
+    def ensure_collection(self, dimension: int) -> None:
+        """Create the collection (cosine) if missing; refuse one built for another model."""
+
+    @abstractmethod
+    def _write_points(self, points: Sequence[StoredPoint]) -> None: ...
+
+    @abstractmethod
+    def _query(
+        self, vector: list[float], limit: int, where: Where | None, exact: bool
+    ) -> list[tuple[Mapping[str, Any], float]]: ...
+
+    @abstractmethod
+    def _scroll(self, where: Where | None, fields: list[str]) -> Iterator[Mapping[str, Any]]: ...
+
+    @abstractmethod
+    def _delete(self, where: Where) -> None: ...
+
+    @abstractmethod
+    def _index_keywords(self, fields: Sequence[str]) -> None: ...
+
+    @abstractmethod
+    def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
+        """Every point with its vector and payload, in batches."""
+
+    @abstractmethod
+    def count(self) -> int: ...
+
+    @abstractmethod
+    def ping(self) -> bool:
+        """Whether the store answers and the collection exists."""
+
+    @abstractmethod
+    def optimize(self, *, while_serving: bool = False) -> None:
+        """Build the vector index for what was written since the last build, blocking;
+        `while_serving` keeps this process's searches answering meanwhile. A server does
+        this by itself, in the background."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def upsert(
+        self,
+        chunks: Sequence[Chunk],
+        vectors: np.ndarray,
+        stamps: Mapping[str, DocumentStamp] | None = None,
+    ) -> None:
+        """Write chunk points; `stamps` (by doc_id) adds each document's content hash, chunk
+        count and origin, which `stored_documents` reads back to skip unchanged documents."""
+        if len(chunks) != len(vectors):
+            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        stamps = stamps or {}
+        self._write_points(
+            [
+                StoredPoint(
+                    id=point_id(chunk.doc_id, chunk.chunk_index),
+                    vector=vector.tolist(),
+                    payload={
+                        "doc_id": chunk.doc_id,
+                        "chunk": chunk.chunk_index,
+                        "text": chunk.text,
+                        "title": chunk.title,
+                        "metadata": dict(chunk.metadata),
+                        "start": chunk.start,
+                        "end": chunk.end,
+                        **_stamp_payload(stamps.get(chunk.doc_id)),
+                    },
+                )
+                for chunk, vector in zip(chunks, vectors, strict=True)
+            ]
+        )
+
+    def write_points(self, points: Sequence[StoredPoint]) -> None:
+        """Write points exactly as given (ids, vectors and payloads), as a migration does."""
+        self._write_points(points)
+
+    def search(
+        self,
+        vector: np.ndarray,
+        limit: int,
+        where: Mapping[str, MetadataValue] | None = None,
+        *,
+        exact: bool = False,
+    ) -> list[Candidate]:
+        """The `limit` chunks most similar to `vector`, best first, optionally filtered;
+        `exact` skips the vector index and compares with every point."""
+        hits = self._query(vector.tolist(), limit, equality_filter(where), exact)
+        return [_candidate(payload, score) for payload, score in hits]
+
+    def stored_documents(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
+        """What the collection holds of each document: its chunk numbers and the stamps on
+        them. Documents with no point are absent."""
+        found: dict[str, StoredDocument] = {}
+        if not doc_ids:
+            return found
+        query = Where(must=(AnyOf("doc_id", tuple(doc_ids)),))
+        for payload in self._scroll(query, ["doc_id", "chunk", "hash", "chunks", "origin"]):
+            stored = found.setdefault(str(payload["doc_id"]), StoredDocument())
+            stored.chunks.add(int(payload.get("chunk", -1)))
+            stored.stamps.add(
+                DocumentStamp(
+                    str(payload.get("hash", "")),
+                    int(payload.get("chunks", -1)),
+                    str(payload.get("origin", "")),
+                )
+            )
+        return found
+
+    def documents_from(self, origin: str) -> set[str]:
+        """doc_ids of every document indexed from `origin`."""
+        query = Where(must=(Equals("origin", origin),))
+        return {str(payload["doc_id"]) for payload in self._scroll(query, ["doc_id"])}
+
+    def delete_tails(self, chunk_counts: Mapping[str, int]) -> None:
+        """Delete each document's points from chunk `count` on (what a shorter version left)."""
+        if not chunk_counts:
+            return
+        tails = tuple(
+            Where(must=(Equals("doc_id", doc_id), AtLeast("chunk", count)))
+            for doc_id, count in chunk_counts.items()
+        )
+        self._delete(Where(should=tails))
+
+    def delete_documents(self, doc_ids: Sequence[str]) -> None:
+        if doc_ids:
+            self._delete(Where(must=(AnyOf("doc_id", tuple(doc_ids)),)))
+
+    def ensure_payload_indexes(self, metadata_keys: Sequence[str] = ()) -> None:
+        """Keyword indexes on `doc_id`, `origin` and the given metadata keys, so that the
+        indexer's lookups and search filters stay fast as the collection grows."""
+        self._index_keywords([*INDEXED_KEYS, *(f"metadata.{key}" for key in metadata_keys)])
+
+
+def equality_filter(where: Mapping[str, MetadataValue] | None) -> Where | None:
+    """A search's `{key: value}` filter: every pair must match; `None` matches a missing or
+    null value; keys other than `doc_id` are metadata keys."""
+    if not where:
+        return None
+    conditions: list[Condition] = []
+    for key, value in where.items():
+        path = key if key in TOP_LEVEL_FILTER_KEYS else f"metadata.{key}"
+        conditions.append(IsNull(path) if value is None else Equals(path, value))
+    return Where(must=tuple(conditions))
+
+
+def _stamp_payload(stamp: DocumentStamp | None) -> dict[str, Any]:
+    if stamp is None:
+        return {}
+    return {"hash": stamp.content_hash, "chunks": stamp.chunks, "origin": stamp.origin}
+
+
+def _candidate(payload: Mapping[str, Any], score: float) -> Candidate:
+    chunk = Chunk(
+        doc_id=str(payload.get("doc_id", "")),
+        chunk_index=int(payload.get("chunk", 0)),
+        text=str(payload.get("text", "")),
+        title=str(payload.get("title", "")),
+        metadata=dict(payload.get("metadata") or {}),
+        start=int(payload.get("start", 0)),
+        end=int(payload.get("end", 0)),
+    )
+    return Candidate(chunk=chunk, retrieval_score=float(score))

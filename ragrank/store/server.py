@@ -1,0 +1,236 @@
+"""The store on a Qdrant server (or cluster), through qdrant-client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from ragrank.errors import CollectionMismatchError, StoreError, StoreUnreachableError
+from ragrank.settings import Settings, env_name
+from ragrank.store.base import (
+    AnyOf,
+    AtLeast,
+    Condition,
+    IndexTuning,
+    IsNull,
+    Store,
+    StoredPoint,
+    Where,
+)
+
+
+@dataclass(frozen=True)
+class CollectionLayout:
+    """How a new collection spreads over a Qdrant cluster: shards, copies of each shard, and
+    how many copies a write waits for."""
+
+    shards: int = 1
+    replicas: int = 1
+    write_consistency: int = 1
+
+
+class ServerStore(Store):
+    """One collection on a Qdrant server. qdrant-client's HTTP client is thread-safe, so
+    concurrent searches go out in parallel; the server orders the writes."""
+
+    embedded = False
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str,
+        *,
+        layout: CollectionLayout | None = None,
+        tuning: IndexTuning | None = None,
+    ) -> None:
+        self._client = client
+        self.collection = collection
+        self.layout = layout or CollectionLayout()
+        self.tuning = tuning or IndexTuning()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServerStore:
+        client = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key, timeout=10)
+        return cls(
+            client,
+            settings.collection,
+            layout=CollectionLayout(
+                shards=settings.qdrant_shard_number,
+                replicas=settings.qdrant_replication_factor,
+                write_consistency=settings.qdrant_write_consistency_factor,
+            ),
+            tuning=IndexTuning.from_settings(settings),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def ensure_collection(self, dimension: int) -> None:
+        try:
+            if not self._client.collection_exists(self.collection):
+                try:
+                    self._create_collection(dimension)
+                    return
+                except Exception:
+                    # API replicas and the indexer start together: another one may have
+                    # created it since; then check that one like any existing collection.
+                    if not self._client.collection_exists(self.collection):
+                        raise
+            info = self._client.get_collection(self.collection)
+        except Exception as exc:
+            raise StoreError(f"Qdrant refused collection {self.collection!r}: {exc}") from exc
+        vectors = info.config.params.vectors
+        if not isinstance(vectors, models.VectorParams):
+            raise CollectionMismatchError(
+                f"Collection {self.collection!r} uses named vectors; ragrank needs a single "
+                f"unnamed vector. Set {env_name('collection')} to another name."
+            )
+        if vectors.size != dimension or vectors.distance != models.Distance.COSINE:
+            raise CollectionMismatchError(
+                f"Collection {self.collection!r} holds {vectors.size}-d vectors with "
+                f"{vectors.distance.value} distance, but the embedding model gives {dimension}-d "
+                f"vectors compared by Cosine. Set {env_name('collection')} to a new name, or "
+                f"re-create the collection for this model."
+            )
+
+    def _create_collection(self, dimension: int) -> None:
+        self._client.create_collection(
+            self.collection,
+            vectors_config=models.VectorParams(size=dimension, distance=models.Distance.COSINE),
+            shard_number=self.layout.shards,
+            replication_factor=self.layout.replicas,
+            write_consistency_factor=self.layout.write_consistency,
+            hnsw_config=models.HnswConfigDiff(
+                m=self.tuning.m,
+                ef_construct=self.tuning.ef_construct,
+                full_scan_threshold=self.tuning.full_scan_threshold_kb,
+            ),
+            optimizers_config=models.OptimizersConfigDiff(
+                indexing_threshold=self.tuning.indexing_threshold_kb
+            ),
+        )
+
+    def _write_points(self, points: Sequence[StoredPoint]) -> None:
+        structs = [
+            models.PointStruct(id=point.id, vector=point.vector, payload=point.payload)
+            for point in points
+        ]
+        self._call(self._client.upsert, self.collection, points=structs, wait=True)
+
+    def _query(
+        self, vector: list[float], limit: int, where: Where | None, exact: bool
+    ) -> list[tuple[Mapping[str, Any], float]]:
+        response = self._call(
+            self._client.query_points,
+            self.collection,
+            query=vector,
+            limit=limit,
+            query_filter=_filter(where),
+            search_params=models.SearchParams(hnsw_ef=self.tuning.ef, exact=exact),
+            with_payload=True,
+        )
+        return [(point.payload or {}, point.score) for point in response.points]
+
+    def _scroll(self, where: Where | None, fields: list[str]) -> Iterator[Mapping[str, Any]]:
+        for records in self._pages(where, fields, vectors=False, batch=1024):
+            for record in records:
+                yield record.payload or {}
+
+    def _pages(
+        self, where: Where | None, fields: list[str] | bool, *, vectors: bool, batch: int
+    ) -> Iterator[list[models.Record]]:
+        offset: Any = None
+        while True:
+            records, offset = self._call(
+                self._client.scroll,
+                self.collection,
+                scroll_filter=_filter(where),
+                limit=batch,
+                offset=offset,
+                with_payload=fields,
+                with_vectors=vectors,
+            )
+            yield records
+            if offset is None:
+                return
+
+    def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
+        for records in self._pages(None, True, vectors=True, batch=batch):
+            yield [
+                StoredPoint(str(record.id), list(record.vector), dict(record.payload or {}))  # type: ignore[arg-type]
+                for record in records
+            ]
+
+    def _delete(self, where: Where) -> None:
+        selector = models.FilterSelector(filter=_where(where))
+        self._call(self._client.delete, self.collection, points_selector=selector, wait=True)
+
+    def _index_keywords(self, fields: Sequence[str]) -> None:
+        for name in fields:
+            self._call(
+                self._client.create_payload_index,
+                self.collection,
+                field_name=name,
+                field_schema=models.PayloadSchemaType.KEYWORD,
+                wait=True,
+            )
+
+    def count(self) -> int:
+        result = self._call(self._client.count, self.collection, exact=True)
+        return int(result.count)
+
+    def ping(self) -> bool:
+        try:
+            return bool(self._call(self._client.collection_exists, self.collection))
+        except StoreError:
+            return False
+
+    def optimize(self, *, while_serving: bool = False) -> None:
+        """A server builds its indexes in the background by itself."""
+
+    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            error = StoreUnreachableError if _transient(exc) else StoreError
+            raise error(f"Qdrant call {method.__name__} failed: {exc}") from exc
+
+
+def _transient(exc: Exception) -> bool:
+    """Whether a failed call may succeed later: no connection, a timeout, or 5xx/429."""
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code is None or exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, (ResponseHandlingException, httpx.TransportError, OSError))
+
+
+def _filter(where: Where | None) -> models.Filter | None:
+    return None if where is None else _where(where)
+
+
+def _where(where: Where) -> models.Filter:
+    return models.Filter(
+        must=[_condition(c) for c in where.must] or None,
+        should=[_condition(c) for c in where.should] or None,
+    )
+
+
+def _condition(condition: Condition) -> models.Condition:
+    if isinstance(condition, Where):
+        return _where(condition)
+    if isinstance(condition, IsNull):
+        return models.IsNullCondition(is_null=models.PayloadField(key=condition.key))
+    if isinstance(condition, AnyOf):
+        return models.FieldCondition(
+            key=condition.key, match=models.MatchAny(any=list(condition.values))
+        )
+    if isinstance(condition, AtLeast):
+        return models.FieldCondition(key=condition.key, range=models.Range(gte=condition.value))
+    value = condition.value
+    if isinstance(value, float):
+        return models.FieldCondition(key=condition.key, range=models.Range(gte=value, lte=value))
+    return models.FieldCondition(key=condition.key, match=models.MatchValue(value=value))
