@@ -23,7 +23,7 @@ from indexing.sources import read_documents
 from ragrank import SAMPLE_DATASET
 from ragrank.models import SentenceTransformerEmbedder
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import open_store
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         settings = Settings.from_env(qdrant_path=Path(folder), qdrant_url="", collection="bench")
         embedder = SentenceTransformerEmbedder.from_settings(settings)
-        store = QdrantStore.from_settings(settings)
+        store = open_store(settings)
         try:
             indexer = Indexer.from_settings(settings, embedder, store)
             chunker = indexer.chunker

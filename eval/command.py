@@ -4,14 +4,13 @@ print the table and write the report."""
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-from qdrant_client import QdrantClient
 
 from eval.embedding_cache import model_fingerprint
 from eval.report import build_report, print_table, write_report
@@ -20,7 +19,7 @@ from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import EdgeStore, IndexTuning, Store, open_store
 
 
 def default_output(now: datetime | None = None) -> Path:
@@ -77,23 +76,31 @@ def run_eval(
 
 
 def store_factory(settings: Settings) -> StoreFactory:
-    """ANN search in an in-memory embedded Qdrant, or in a collection of the Qdrant server
-    named after the dataset and the embeddings (reused by later runs)."""
+    """ANN search in a throw-away Qdrant Edge shard whose every segment gets an HNSW graph
+    (however small the dataset, so that the graph's recall is what is measured), or in a
+    collection of the Qdrant server named after the dataset and the embeddings (reused by
+    later runs)."""
 
     @contextmanager
-    def open_store(dataset: str, key: str) -> Iterator[QdrantStore]:
+    def open_ann_store(dataset: str, key: str) -> Iterator[Store]:
         name = re.sub(r"[^A-Za-z0-9_-]", "_", dataset)
-        if settings.uses_embedded_qdrant:
-            store = QdrantStore(QdrantClient(":memory:"), f"eval-{name}", embedded=True)
-        else:
-            collection = f"{settings.collection}-eval-{name}-{key[:12]}"
-            store = QdrantStore.from_settings(replace(settings, collection=collection))
-        try:
-            yield store
-        finally:
-            store.close()
+        with tempfile.TemporaryDirectory(prefix="ragrank-eval-") as folder:
+            if settings.uses_embedded_qdrant:
+                tuning = replace(
+                    IndexTuning.from_settings(settings),
+                    indexing_threshold_kb=1,
+                    full_scan_threshold_kb=1,
+                )
+                store: Store = EdgeStore(Path(folder), f"eval-{name}", tuning=tuning)
+            else:
+                collection = f"{settings.collection}-eval-{name}-{key[:12]}"
+                store = open_store(replace(settings, collection=collection))
+            try:
+                yield store
+            finally:
+                store.close()
 
-    return open_store
+    return open_ann_store
 
 
 def _config(
@@ -114,7 +121,12 @@ def _config(
         "passage_prefix": settings.passage_prefix,
         "device": placement.device,
         "dtype": str(placement.dtype).removeprefix("torch."),
-        "ann_store": "embedded (in memory)"
+        "ann_store": "embedded (Qdrant Edge)"
         if settings.uses_embedded_qdrant
         else settings.qdrant_url,
+        "hnsw": {
+            "m": settings.hnsw_m,
+            "ef_construct": settings.hnsw_ef_construct,
+            "ef": settings.hnsw_ef,
+        },
     }

@@ -15,7 +15,7 @@ from eval.exact import ExactIndex
 from eval.metrics import Run
 from ragrank.documents import Chunk, Document
 from ragrank.models import Scorer, Vectors
-from ragrank.store import QdrantStore
+from ragrank.store import Store
 from ragrank.tokens import ModelInput
 
 
@@ -125,7 +125,7 @@ def token_batches(
 
 
 def index_for_ann(
-    store: QdrantStore, documents: Sequence[Document], vectors: Vectors, *, progress: bool = True
+    store: Store, documents: Sequence[Document], vectors: Vectors, *, progress: bool = True
 ) -> None:
     """Upsert one point per document (deterministic ids), unless the collection holds them."""
     store.ensure_collection(vectors.shape[1])
@@ -143,12 +143,13 @@ def index_for_ann(
             ]
             store.upsert(chunks, vectors[start : start + step])
             bar.update(len(batch))
+    store.optimize()
 
 
 def ann_run(
-    store: QdrantStore, query_ids: Sequence[str], query_vectors: Vectors, k: int
+    store: Store, query_ids: Sequence[str], query_vectors: Vectors, k: int
 ) -> dict[str, dict[str, float]]:
-    """Each query's top-k from Qdrant's own search (HNSW on a server)."""
+    """Each query's top-k from Qdrant's own search, through its HNSW graph."""
     return {
         qid: {hit.chunk.doc_id: hit.retrieval_score for hit in store.search(vector, k)}
         for qid, vector in zip(query_ids, query_vectors, strict=True)

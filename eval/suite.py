@@ -26,7 +26,7 @@ from eval.runs import (
 )
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.models import Embedder, Scorer, Vectors
-from ragrank.store import QdrantStore
+from ragrank.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ TOP_K = 100
 
 #: Opens the Qdrant collection for one dataset's ANN run; the argument is a cache key that
 #: names the embeddings, so a server collection can be reused by a later run.
-StoreFactory = Callable[[str, str], AbstractContextManager[QdrantStore]]
+StoreFactory = Callable[[str, str], AbstractContextManager[Store]]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from indexing.chunking import Chunker
 from ragrank.documents import Chunk, Document
 from ragrank.models import Embedder
 from ragrank.settings import Settings
-from ragrank.store import DocumentStamp, QdrantStore
+from ragrank.store import DocumentStamp, Store
 
 #: Metadata that changes without the document changing (a file's mtime): not hashed.
 VOLATILE_METADATA = frozenset({"modified"})
@@ -69,7 +69,7 @@ class Indexer:
     def __init__(
         self,
         embedder: Embedder,
-        store: QdrantStore,
+        store: Store,
         *,
         chunker: Chunker,
         batch_size: int = 64,
@@ -87,7 +87,7 @@ class Indexer:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings, embedder: Embedder, store: QdrantStore) -> Indexer:
+    def from_settings(cls, settings: Settings, embedder: Embedder, store: Store) -> Indexer:
         prefix_tokens = len(embedder.token_spans(embedder.passage_prefix))
         # The prefix counts against the budget; the two special tokens against the model's limit.
         budget = max(min(settings.chunk_tokens, embedder.max_length - 2) - prefix_tokens, 1)

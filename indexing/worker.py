@@ -17,7 +17,7 @@ from ragrank.documents import Document
 from ragrank.errors import StoreUnreachableError
 from ragrank.models import Embedder
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +35,35 @@ class Worker:
     #: While Qdrant is unreachable, jobs wait in the queue; the pause doubles up to the cap.
     retry_initial_s: float = 1.0
     retry_max_s: float = 60.0
+    #: Build the store's vector index whenever the queue runs dry after writes (an embedded
+    #: store needs ragrank to; a server does it by itself).
+    optimize_when_idle: bool = False
+    #: The worker shares its process with the API's searches: the build must not stop them
+    #: (see `EdgeStore.optimize`).
+    alongside_searches: bool = False
     _last_sweep: float = field(default=float("-inf"), init=False)
+    _wrote: bool = field(default=False, init=False)
     _retry_s: float = field(default=0.0, init=False)
     _paused_until: float = field(default=float("-inf"), init=False)
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, embedder: Embedder, store: QdrantStore, jobs: JobStore
+        cls,
+        settings: Settings,
+        embedder: Embedder,
+        store: Store,
+        jobs: JobStore,
+        *,
+        optimize_when_idle: bool = False,
+        alongside_searches: bool = False,
     ) -> Worker:
         return cls(
             Indexer.from_settings(settings, embedder, store),
             jobs,
             watch=settings.watch_folders,
             watch_interval_s=settings.watch_interval_s,
+            optimize_when_idle=optimize_when_idle,
+            alongside_searches=alongside_searches,
         )
 
     def run(self, stop: threading.Event) -> None:
@@ -57,8 +73,18 @@ class Worker:
             log.info("worker: %d interrupted job(s) queued again", requeued)
         while not stop.is_set():
             worked = self.run_once()
+            self._wrote = self._wrote or worked
             if not worked:
+                if self.optimize_when_idle and self._wrote:
+                    self._wrote = False
+                    self._optimize()
                 stop.wait(self.poll_s)
+
+    def _optimize(self) -> None:
+        try:
+            self.indexer.store.optimize(while_serving=self.alongside_searches)
+        except Exception:  # searches still answer, exactly, from the unindexed points
+            log.exception("worker: building the vector index failed")
 
     def run_once(self) -> bool:
         """Run every queued job, and sweep the watched folders when due. Whether it did

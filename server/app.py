@@ -119,7 +119,14 @@ def serve(app: Litestar, settings: Settings) -> None:
 @contextmanager
 def _worker_thread(settings: Settings, services: Services, jobs: JobStore) -> Iterator[None]:
     """The indexing worker on a thread of this process, sharing its models and store."""
-    worker = Worker.from_settings(settings, services.embedder, services.store, jobs)
+    worker = Worker.from_settings(
+        settings,
+        services.embedder,
+        services.store,
+        jobs,
+        optimize_when_idle=True,
+        alongside_searches=True,
+    )
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
     thread.start()

@@ -32,7 +32,7 @@ from ragrank.models import (
     relevance,
 )
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import Store, open_store
 from ragrank.tokens import ModelInput
 from server.batching import BatchEngine, BatchPolicy, EngineLimits
 from server.metrics import RERANK_FALLBACKS
@@ -53,22 +53,29 @@ _Result = TypeVar("_Result")
 Vector = NDArray[np.float32]
 
 
+#: Searches in flight at once against a Qdrant server.
+SERVER_STORE_THREADS = 8
+
+
 @dataclass(frozen=True)
 class Services:
     """What the server needs from the core, built once and handed to `create_app`."""
 
     embedder: Embedder
     scorer: Scorer
-    store: QdrantStore
+    store: Store
 
     @classmethod
     def load(cls, settings: Settings) -> Services:
         """Load both models and open the store; the collection is created if missing."""
         embedder = SentenceTransformerEmbedder.from_settings(settings)
         scorer = CrossEncoderScorer.from_settings(settings)
-        store = QdrantStore.from_settings(settings)
+        store = open_store(settings)
         try:
             store.ensure_collection(embedder.dimension)
+            # An embedded store builds its index here, before the server answers anything:
+            # the build stops every thread of the process (see ragrank/store/edge.py).
+            store.optimize()
         except Exception:
             store.close()
             raise
@@ -147,7 +154,12 @@ class SearchService:
             ),
             pool=self.host_pool,
         )
-        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="ragrank-store")
+        # A server answers concurrent searches in parallel; the embedded engine holds the
+        # interpreter lock for each call, so more than one thread would only contend for it.
+        self._store_thread = ThreadPoolExecutor(
+            1 if services.store.embedded else SERVER_STORE_THREADS,
+            thread_name_prefix="ragrank-store",
+        )
 
     async def __aenter__(self) -> SearchService:
         self.embed_engine.start()

@@ -17,7 +17,7 @@ from eval.random_models import load_tokenizer, save_random_model
 from ragrank import SAMPLE_DATASET
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import open_store
 from server import Services, create_app
 from tests.fakes import FakeEmbedder, FakeScorer
 
@@ -137,7 +137,7 @@ def scorer(tiny_reranker_path: Path) -> CrossEncoderScorer:
 @pytest.fixture
 def fake_services(tmp_path: Path) -> Iterator[Services]:
     """Fake models over an empty embedded collection: for tests of the HTTP layer."""
-    store = QdrantStore.from_settings(Settings(qdrant_path=tmp_path / "q", collection="t"))
+    store = open_store(Settings(qdrant_path=tmp_path / "q", collection="t"))
     store.ensure_collection(FakeEmbedder.dimension)
     yield Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
     store.close()

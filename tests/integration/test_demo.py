@@ -4,7 +4,7 @@ import re
 
 from ragrank.cli import main
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import open_store
 
 
 def test_demo_indexes_the_sample_and_shows_both_orders(settings: Settings, capsys, monkeypatch):
@@ -30,7 +30,7 @@ def test_demo_indexes_the_sample_and_shows_both_orders(settings: Settings, capsy
     assert "Qui a inventé l'imprimerie" in out
     assert re.search(r"✓ ", out), "labelled relevant documents are marked"
     assert "curl -s http://127.0.0.1:8123/v1/search" in out
-    store = QdrantStore.from_settings(settings.replace(collection="ragrank-demo"))
+    store = open_store(settings.replace(collection="ragrank-demo"))
     try:
         assert store.count() >= 124
     finally:

@@ -9,12 +9,12 @@ from ragrank import SAMPLE_DATASET
 from ragrank.cli import main
 from ragrank.models import SentenceTransformerEmbedder
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import open_store
 
 
 def test_indexing_the_sample_twice_leaves_the_point_count_unchanged(settings: Settings):
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    store = QdrantStore.from_settings(settings)
+    store = open_store(settings)
     try:
         indexer = Indexer.from_settings(settings, embedder, store)
         documents = list(load_beir(SAMPLE_DATASET).corpus.values())
@@ -32,7 +32,7 @@ def test_indexing_the_sample_twice_leaves_the_point_count_unchanged(settings: Se
 
 def test_long_documents_are_split_into_chunks_within_the_budget(settings: Settings):
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    store = QdrantStore.from_settings(settings)
+    store = open_store(settings)
     try:
         indexer = Indexer.from_settings(settings, embedder, store)
         text = " ".join(f"Sentence number {i} talks about rivers." for i in range(100))
@@ -76,7 +76,7 @@ def test_ragrank_index_cli_reports_a_summary(tmp_path: Path, settings: Settings,
     out = capsys.readouterr().out
     assert "5 documents: 5 new, 0 updated, 0 unchanged, 0 deleted; 5 chunks" in out
     assert "5 documents: 0 new, 0 updated, 5 unchanged, 0 deleted; 0 chunks" in out
-    store = QdrantStore.from_settings(settings.replace(collection="cli"))
+    store = open_store(settings.replace(collection="cli"))
     try:
         assert store.count() == 5
     finally:

@@ -19,7 +19,7 @@ from indexing.sources import read_documents
 from ragrank.documents import Document
 from ragrank.models import SentenceTransformerEmbedder, Vectors
 from ragrank.settings import Settings
-from ragrank.store import DocumentStamp, QdrantStore
+from ragrank.store import DocumentStamp, Store, open_store
 
 
 class CountingEmbedder:
@@ -38,8 +38,8 @@ class CountingEmbedder:
 
 
 @pytest.fixture
-def store(settings: Settings) -> Iterator[QdrantStore]:
-    store = QdrantStore.from_settings(settings)
+def store(settings: Settings) -> Iterator[Store]:
+    store = open_store(settings)
     yield store
     store.close()
 
@@ -49,7 +49,7 @@ def counting(embedder: SentenceTransformerEmbedder) -> CountingEmbedder:
     return CountingEmbedder(embedder)
 
 
-def _indexer(settings: Settings, embedder: object, store: QdrantStore) -> Indexer:
+def _indexer(settings: Settings, embedder: object, store: Store) -> Indexer:
     return Indexer.from_settings(
         settings.replace(chunk_tokens=24, chunk_overlap=4), embedder, store
     )  # type: ignore[arg-type]
@@ -59,10 +59,10 @@ Snapshot = dict[str, tuple[object, ...]]
 FIELDS = ("doc_id", "chunk", "text", "hash", "chunks")
 
 
-def _snapshot(store: QdrantStore) -> Snapshot:
+def _snapshot(store: Store) -> Snapshot:
     """Every point: id → (doc_id, chunk, text, content hash, chunk count)."""
-    points, _ = store._client.scroll(store.collection, limit=100_000, with_payload=True)
-    return {str(p.id): tuple(p.payload[k] for k in FIELDS) for p in points}
+    points = [point for batch in store.points() for point in batch]
+    return {point.id: tuple(point.payload[k] for k in FIELDS) for point in points}
 
 
 def _docs(count: int, words: int = 40) -> list[Document]:
@@ -195,7 +195,7 @@ def test_sigkill_mid_run_then_rerun_equals_a_clean_run(settings: Settings, tmp_p
             process.wait()
             assert process.returncode == -signal.SIGKILL, seen[-2000:]
             subprocess.run(command, env=env, check=True, capture_output=True)
-        store = QdrantStore.from_settings(settings.replace(qdrant_path=folder))
+        store = open_store(settings.replace(qdrant_path=folder))
         try:
             if not kill:  # the clean run, in this process: same code, same settings
                 same = settings.replace(chunk_tokens=32, chunk_overlap=4, index_batch_size=8)

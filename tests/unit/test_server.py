@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -15,9 +16,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from qdrant_client.http.exceptions import ResponseHandlingException
 
+from eval.beir import load_beir
+from ragrank import SAMPLE_DATASET
 from ragrank.errors import ModelFailedError, SettingsError
 from ragrank.settings import Settings
-from ragrank.store import QdrantStore
+from ragrank.store import open_store
 from server import Services, create_app
 from tests.fakes import FakeEmbedder, FakeScorer
 
@@ -200,7 +203,7 @@ async def test_unknown_routes_get_a_json_404(client):
 
 
 async def test_an_unreachable_store_means_503_and_not_ready():
-    store = QdrantStore.from_settings(Settings(qdrant_url="http://127.0.0.1:9", collection="t"))
+    store = open_store(Settings(qdrant_url="http://127.0.0.1:9", collection="t"))
     services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
     try:
         async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
@@ -358,10 +361,21 @@ class Outage:
         return refused
 
 
-async def test_search_recovers_by_itself_when_qdrant_returns(indexed_services, monkeypatch):
-    outage = Outage(indexed_services.store._client)
-    monkeypatch.setattr(indexed_services.store, "_client", outage)
-    async with AsyncTestClient(app=create_app(Settings(), services=indexed_services)) as client:
+async def test_search_recovers_by_itself_when_qdrant_returns(fake_services):
+    from qdrant_client import QdrantClient
+
+    from indexing import Chunker, Indexer
+    from ragrank.store import ServerStore
+
+    store = ServerStore(QdrantClient(":memory:"), "t")  # a Qdrant server's stand-in
+    services = replace(fake_services, store=store)
+    embedder = services.embedder
+    Indexer(embedder, store, chunker=Chunker(embedder.token_spans, max_tokens=100)).index(
+        load_beir(SAMPLE_DATASET).corpus.values(), progress=False
+    )
+    outage = Outage(store._client)
+    store._client = outage  # type: ignore[assignment]
+    async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
         body = {"query": "river", "rerank": False}
         assert (await client.post("/v1/search", json=body)).status_code == 200
         outage.down = True
