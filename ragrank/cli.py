@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(model_files)
     model_files.set_defaults(run=_models)
 
+    _add_store(commands)
+
     evaluate = commands.add_parser(
         "eval",
         help="NDCG@10 of cosine-only vs reranked (and Qdrant ANN) retrieval on BEIR datasets",
@@ -292,6 +294,22 @@ def _add_finetune(
     parser.set_defaults(run=_finetune, role=role)
 
 
+def _add_store(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    store = commands.add_parser(
+        "store",
+        help="the embedded store: migrate an earlier folder, build its index, show its state",
+        description="migrate: copy every collection that ragrank's earlier embedded engine "
+        "(qdrant-client's local mode) wrote in RAGRANK_QDRANT_PATH into Qdrant Edge, keeping "
+        "ids, vectors and payloads (nothing is re-embedded); rerun it to finish an interrupted "
+        "migration. optimize: build the HNSW index of points written since the last build. "
+        "info: the collection's points, and how many are not yet in the index.",
+    )
+    store.add_argument("action", choices=("migrate", "optimize", "info"))
+    _add_common(store)
+    store.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    store.set_defaults(run=_store)
+
+
 def _add_common(parser: argparse.ArgumentParser, preset_default: str | None = None) -> None:
     group = parser.add_argument_group("models and store")
     group.add_argument(
@@ -353,11 +371,11 @@ def _serve(args: argparse.Namespace) -> int:
 def _index(args: argparse.Namespace) -> int:
     from indexing import Indexer, read_documents
     from ragrank.models import SentenceTransformerEmbedder
-    from ragrank.store import QdrantStore
+    from ragrank.store import open_store
 
     settings = settings_from_args(args)
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    store = QdrantStore.from_settings(settings)
+    store = open_store(settings)
     try:
         indexer = Indexer.from_settings(settings, embedder, store)
         summary = indexer.index(
@@ -366,6 +384,7 @@ def _index(args: argparse.Namespace) -> int:
             delete_missing=args.delete_missing,
             progress=not args.no_progress,
         )
+        store.optimize()
     finally:
         store.close()
     print(summary)
@@ -379,20 +398,60 @@ def _worker(args: argparse.Namespace) -> int:
     from indexing.jobs import JobStore
     from indexing.worker import Worker
     from ragrank.models import SentenceTransformerEmbedder
-    from ragrank.store import QdrantStore
+    from ragrank.store import open_store
 
     settings = settings_from_args(args)
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    store = QdrantStore.from_settings(settings)
+    store = open_store(settings)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        worker = Worker.from_settings(settings, embedder, store, JobStore(settings.jobs_path))
+        worker = Worker.from_settings(
+            settings, embedder, store, JobStore(settings.jobs_path), optimize_when_idle=True
+        )
         logging.getLogger(__name__).info(
             "worker: jobs %s, watching %s", settings.jobs_path, settings.watch or "nothing"
         )
         worker.run(stop)
+    finally:
+        store.close()
+    return 0
+
+
+def _store(args: argparse.Namespace) -> int:
+    from ragrank.store import EdgeStore
+    from ragrank.store.legacy import migrate
+
+    settings = settings_from_args(args)
+    if not settings.uses_embedded_qdrant:
+        raise RagrankError(
+            "ragrank store works on the embedded folder (RAGRANK_QDRANT_PATH); a Qdrant server "
+            "(RAGRANK_QDRANT_URL) migrates and optimizes its collections itself"
+        )
+    if args.action == "migrate":
+        moved = migrate(
+            settings.qdrant_path,
+            lambda name: EdgeStore.from_settings(
+                settings.replace(collection=name), allow_legacy=True
+            ),
+            progress=not args.no_progress,
+        )
+        for item in moved:
+            print(f"{item.collection}: {item.points} points ({item.dimension}-d) copied")
+        print(
+            f"The earlier engine's files in {settings.qdrant_path} (meta.json, collection/) "
+            f"are no longer read and may be deleted."
+        )
+        return 0
+    store = EdgeStore.from_settings(settings)
+    try:
+        if args.action == "optimize":
+            store.optimize()
+        print(
+            f"{store.collection}: {store.count()} points, {store.unindexed()} not yet in the "
+            f"HNSW index, in {store.path}"
+        )
     finally:
         store.close()
     return 0
