@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo serve bench bench-host bench-gpu bench-overload bench-infinity test test-slow lint stack-tools clean
+.PHONY: help setup demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity test test-slow lint stack-tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ bench-host: setup ## host path: /v1/rerank with a zero-layer model vs the tokeni
 
 bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model, % of bf16 peak
 	$(BIN)/python -m eval.bench_gpu $(BENCH_ARGS)
+
+bench-store: setup ## the embedded store at 10k, 100k and 1M points: Qdrant Edge vs the local mode
+	$(BIN)/python -m eval.bench_store
 
 bench-overload: setup ## overload: 4x the clients at capacity; only 200 and 429, bounded memory, recovery
 	$(BIN)/python -m eval.bench_overload $(BENCH_ARGS)

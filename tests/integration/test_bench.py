@@ -171,3 +171,19 @@ def test_the_gpu_benchmark_runs_end_to_end_on_tiny_models(tmp_path: Path):
     assert set(report["embedder"]) == {"packed", "padded"}
     # The CPU runs fp32 on both paths: the same top-10 every time.
     assert report["agreement_top10"] == 1.0
+
+
+def test_the_store_benchmark_measures_both_engines(tmp_path: Path, capsys):
+    from eval.bench_store import main as bench_store
+
+    code = bench_store(["--sizes", "300", "--queries", "8", "--output", str(tmp_path)])
+    assert code == 0
+    (written,) = tmp_path.glob("bench-store-*.json")
+    rows = json.loads(written.read_text(encoding="utf-8"))
+    assert [row["engine"] for row in rows] == ["Qdrant Edge", "qdrant-client local mode"]
+    for row in rows:
+        # 300 points sit below the indexing threshold: both engines search exactly.
+        assert row["recall_at_10"] == row["filtered_recall_at_10"] == 1.0
+        assert row["upsert_points_per_s"] > 0 and row["rss_mb"] > 0
+    assert rows[0]["ef_for_recall_0_9"]["hnsw_ef"] == 16
+    assert "| Qdrant Edge | 300 |" in capsys.readouterr().out
