@@ -148,17 +148,17 @@ class Store(ABC):
     ) -> list[tuple[Mapping[str, Any], float]]: ...
 
     @abstractmethod
-    def _scroll(self, where: Where | None, fields: list[str]) -> Iterator[Mapping[str, Any]]: ...
+    def _page(
+        self, where: Where | None, fields: list[str] | bool, vectors: bool, limit: int, offset: Any
+    ) -> tuple[list[StoredPoint], Any]:
+        """One page of a scroll (vectors empty unless asked for), and the offset of the next
+        page, or None after the last."""
 
     @abstractmethod
     def _delete(self, where: Where) -> None: ...
 
     @abstractmethod
     def _index_keywords(self, fields: Sequence[str]) -> None: ...
-
-    @abstractmethod
-    def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
-        """Every point with its vector and payload, in batches."""
 
     @abstractmethod
     def count(self) -> int: ...
@@ -206,6 +206,25 @@ class Store(ABC):
                 for chunk, vector in zip(chunks, vectors, strict=True)
             ]
         )
+
+    def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
+        """Every point with its vector and payload, in batches."""
+        yield from self._pages(None, True, vectors=True, batch=batch)
+
+    def _pages(
+        self, where: Where | None, fields: list[str] | bool, *, vectors: bool, batch: int
+    ) -> Iterator[list[StoredPoint]]:
+        offset: Any = None
+        while True:
+            page, offset = self._page(where, fields, vectors, batch, offset)
+            yield page
+            if offset is None:
+                return
+
+    def _scroll(self, where: Where | None, fields: list[str]) -> Iterator[Mapping[str, Any]]:
+        for page in self._pages(where, fields, vectors=False, batch=1024):
+            for point in page:
+                yield point.payload
 
     def write_points(self, points: Sequence[StoredPoint]) -> None:
         """Write points exactly as given (ids, vectors and payloads), as a migration does."""

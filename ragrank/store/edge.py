@@ -183,34 +183,19 @@ class EdgeStore(Store):
         )
         return [(hit.payload or {}, hit.score) for hit in self._call("query", request)]
 
-    def _scroll(self, where: Where | None, fields: list[str]) -> Iterator[Mapping[str, Any]]:
-        for records in self._pages(where, fields, vectors=False, batch=1024):
-            for record in records:
-                yield record.payload or {}
-
-    def _pages(
-        self, where: Where | None, fields: list[str] | bool, *, vectors: bool, batch: int
-    ) -> Iterator[list[edge.Record]]:
-        offset: Any = None
-        while True:
-            request = edge.ScrollRequest(
-                offset=offset,
-                limit=batch,
-                filter=_filter(where),
-                with_payload=fields,
-                with_vector=vectors,
-            )
-            records, offset = self._call("scroll", request)
-            yield records
-            if offset is None:
-                return
-
-    def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
-        for records in self._pages(None, True, vectors=True, batch=batch):
-            yield [
-                StoredPoint(str(record.id), _dense(record.vector), dict(record.payload or {}))
-                for record in records
-            ]
+    def _page(
+        self, where: Where | None, fields: list[str] | bool, vectors: bool, limit: int, offset: Any
+    ) -> tuple[list[StoredPoint], Any]:
+        request = edge.ScrollRequest(
+            offset=offset,
+            limit=limit,
+            filter=_filter(where),
+            with_payload=fields,
+            with_vector=vectors,
+        )
+        records, offset = self._call("scroll", request)
+        points = [StoredPoint(str(r.id), _dense(r.vector), dict(r.payload or {})) for r in records]
+        return points, offset
 
     def _delete(self, where: Where) -> None:
         self._update(edge.UpdateOperation.delete_points_by_filter(_where(where)))
@@ -273,7 +258,8 @@ class EdgeStore(Store):
                 _run(old.close)
 
     def close(self) -> None:
-        with self._lifecycle:
+        # After any write or build in progress: a build beside searches swaps shards.
+        with self._write_lock, self._lifecycle:
             shard, self._shard = self._shard, None
             try:
                 if shard is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,35 +136,22 @@ class ServerStore(Store):
         )
         return [(point.payload or {}, point.score) for point in response.points]
 
-    def _scroll(self, where: Where | None, fields: list[str]) -> Iterator[Mapping[str, Any]]:
-        for records in self._pages(where, fields, vectors=False, batch=1024):
-            for record in records:
-                yield record.payload or {}
-
-    def _pages(
-        self, where: Where | None, fields: list[str] | bool, *, vectors: bool, batch: int
-    ) -> Iterator[list[models.Record]]:
-        offset: Any = None
-        while True:
-            records, offset = self._call(
-                self._client.scroll,
-                self.collection,
-                scroll_filter=_filter(where),
-                limit=batch,
-                offset=offset,
-                with_payload=fields,
-                with_vectors=vectors,
-            )
-            yield records
-            if offset is None:
-                return
-
-    def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
-        for records in self._pages(None, True, vectors=True, batch=batch):
-            yield [
-                StoredPoint(str(record.id), list(record.vector), dict(record.payload or {}))  # type: ignore[arg-type]
-                for record in records
-            ]
+    def _page(
+        self, where: Where | None, fields: list[str] | bool, vectors: bool, limit: int, offset: Any
+    ) -> tuple[list[StoredPoint], Any]:
+        records, offset = self._call(
+            self._client.scroll,
+            self.collection,
+            scroll_filter=_filter(where),
+            limit=limit,
+            offset=offset,
+            with_payload=fields,
+            with_vectors=vectors,
+        )
+        points = [
+            StoredPoint(str(r.id), list(r.vector or []), dict(r.payload or {})) for r in records
+        ]
+        return points, offset
 
     def _delete(self, where: Where) -> None:
         selector = models.FilterSelector(filter=_where(where))

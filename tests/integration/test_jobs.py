@@ -235,3 +235,27 @@ def test_watched_folders_are_synced_with_delete_missing(fake_services: Services,
     (folder / "a.md").unlink()
     worker.run_once()
     assert set(fake_services.store.documents_from(str(folder.resolve()))) == {"b.html"}
+
+
+async def test_searches_answer_while_the_in_process_worker_writes(
+    fake_services: Services, tmp_path: Path
+):
+    """The API's in-process worker and its searches share the embedded shard: every search
+    during a job answers 200, and the job's points are all there once it is done."""
+    settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
+    app = create_app(settings, services=fake_services, run_worker=True)
+    documents = [
+        {"id": f"doc-{i}", "text": f"Passage {i} about rivers, tea and mountains."}
+        for i in range(300)
+    ]
+    async with AsyncTestClient(app=app) as client:
+        accepted = await client.post("/v1/documents", json={"documents": documents})
+        job_id = accepted.json()["job_id"]
+        statuses: list[int] = []
+        while (await client.get(f"/v1/jobs/{job_id}")).json()["state"] in ("queued", "running"):
+            answer = await client.post("/v1/search", json={"query": "rivers", "rerank": False})
+            statuses.append(answer.status_code)
+        job = await _wait_for(client, job_id)
+    assert job["state"] == "done" and job["counts"]["new"] == 300
+    assert statuses and set(statuses) == {200}
+    assert fake_services.store.count() == 300
