@@ -36,7 +36,7 @@ from ragrank.store import EdgeStore, IndexTuning, ServerStore, Store
 
 DIMENSION = 384
 LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pt", "ru", "zh")
-EF_SWEEP = (16, 32, 64, 128, 256, 512)
+EF_SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
 #: The local mode holds everything in Python objects and scans in numpy: beyond this it takes
 #: many minutes per size, which is the point the table makes.
@@ -172,6 +172,8 @@ def run_one(engine: str, size: int, queries: int, ef: int) -> dict[str, Any]:
                 sweep.append(
                     {"hnsw_ef": value, "recall_at_10": round(recall, 4), "p50_ms": round(p50, 2)}
                 )
+                if recall >= 0.9:  # the smallest width that reaches it
+                    break
             result["ef_sweep"] = sweep
             enough = next((row for row in sweep if row["recall_at_10"] >= 0.9), None)
             result["ef_for_recall_0_9"] = enough
@@ -183,7 +185,24 @@ def run_one(engine: str, size: int, queries: int, ef: int) -> dict[str, Any]:
             "raw_vectors_mb": round(size * DIMENSION * 4 / 1e6),
         }
         store.close()
+        if engine == "edge":
+            # What a restarted server holds: a fresh process opens the built shard and searches.
+            command = [sys.executable, "-m", "eval.bench_store", "--serving", str(path)]
+            done = subprocess.run(command, check=True, capture_output=True, text=True)
+            result["serving_rss_mb"] = round(float(done.stdout.strip().splitlines()[-1]))
     return result
+
+
+def serving_rss(folder: Path, queries: int) -> float:
+    """RSS (MB) of this process once it has opened the shard and answered `queries` searches."""
+    store = EdgeStore(folder, "bench")
+    try:
+        for query in _queries(queries):
+            store.search(query, 10)
+    finally:
+        rss, _ = _rss_mb()
+        store.close()
+    return rss
 
 
 def _table(results: list[dict[str, Any]]) -> str:
@@ -202,6 +221,7 @@ def _table(results: list[dict[str, Any]]) -> str:
         ("qps_2_threads", "q/s 2 thr"),
         ("disk_mb", "disk MB"),
         ("rss_mb", "RSS MB"),
+        ("serving_rss_mb", "serving RSS MB"),
         ("raw_vectors_mb", "raw vectors MB"),
     ]
     lines = [
@@ -209,11 +229,13 @@ def _table(results: list[dict[str, Any]]) -> str:
         "| " + " | ".join("---" if key == "engine" else "---:" for key, _ in columns) + " |",
     ]
     for row in results:
-        cells = [
-            f"{row[key]:,}" if isinstance(row[key], int) else str(row[key]) for key, _ in columns
-        ]
+        cells = [_cell(row.get(key, "–")) for key, _ in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", type=Path, default=Path("eval-results"))
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "SIZE"), help=argparse.SUPPRESS)
+    parser.add_argument("--serving", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serving:
+        print(serving_rss(args.serving, args.queries))
+        return 0
     if args.one:
         engine, size = args.one
         print(json.dumps(run_one(engine, int(size), args.queries, args.ef)))
