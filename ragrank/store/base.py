@@ -140,7 +140,8 @@ class Store(ABC):
         """Create the collection (cosine) if missing; refuse one built for another model."""
 
     @abstractmethod
-    def _write_points(self, points: Sequence[StoredPoint]) -> None: ...
+    def write_points(self, points: Sequence[StoredPoint]) -> None:
+        """Write points exactly as given (ids, vectors and payloads), as a migration does."""
 
     @abstractmethod
     def _query(
@@ -187,7 +188,7 @@ class Store(ABC):
         if len(chunks) != len(vectors):
             raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
         stamps = stamps or {}
-        self._write_points(
+        self.write_points(
             [
                 StoredPoint(
                     id=point_id(chunk.doc_id, chunk.chunk_index),
@@ -225,10 +226,6 @@ class Store(ABC):
         for page in self._pages(where, fields, vectors=False, batch=1024):
             for point in page:
                 yield point.payload
-
-    def write_points(self, points: Sequence[StoredPoint]) -> None:
-        """Write points exactly as given (ids, vectors and payloads), as a migration does."""
-        self._write_points(points)
 
     def search(
         self,

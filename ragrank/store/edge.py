@@ -163,7 +163,7 @@ class EdgeStore(Store):
             self._call("update", operation)
             self._call("flush")
 
-    def _write_points(self, points: Sequence[StoredPoint]) -> None:
+    def write_points(self, points: Sequence[StoredPoint]) -> None:
         if points:
             self._update(
                 edge.UpdateOperation.upsert_points(

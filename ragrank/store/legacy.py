@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ragrank.errors import StoreError
-from ragrank.store.base import StoredPoint
+from ragrank.store.server import ServerStore
 
 if TYPE_CHECKING:
     from ragrank.store.edge import EdgeStore
@@ -65,27 +65,18 @@ def migrate(
     done: list[Migrated] = []
     try:
         for name, dimension in sizes.items():
-            total = client.count(name, exact=True).count
+            # The local mode is qdrant-client, so the server engine reads it page by page.
+            source = ServerStore(client, name)
+            total = source.count()
             target = open_target(name)
             try:
                 target.ensure_collection(dimension)
-                offset = None
                 with tqdm(
                     total=total, desc=f"migrating {name}", unit="point", disable=not progress
                 ) as bar:
-                    while True:
-                        records, offset = client.scroll(
-                            name, limit=batch, offset=offset, with_payload=True, with_vectors=True
-                        )
-                        target.write_points(
-                            [
-                                StoredPoint(str(r.id), list(r.vector), dict(r.payload or {}))  # type: ignore[arg-type]
-                                for r in records
-                            ]
-                        )
-                        bar.update(len(records))
-                        if offset is None:
-                            break
+                    for points in source.points(batch):
+                        target.write_points(points)
+                        bar.update(len(points))
                 copied = target.count()
                 if copied < total:
                     raise StoreError(

@@ -115,7 +115,7 @@ class ServerStore(Store):
             ),
         )
 
-    def _write_points(self, points: Sequence[StoredPoint]) -> None:
+    def write_points(self, points: Sequence[StoredPoint]) -> None:
         structs = [
             models.PointStruct(id=point.id, vector=point.vector, payload=point.payload)
             for point in points
