@@ -1,12 +1,12 @@
 """Documents → chunks → passage embeddings → Qdrant points: an idempotent, crash-safe sync.
 
 Every chunk point carries its document's stamp: a content hash (of the text, title, metadata
-and everything that shapes the vectors: model, prefix, chunk size) and the document's chunk
-count. A document is skipped, without chunking or embedding, when the collection holds exactly
-its chunks 0..n-1, all with the current stamp. Anything else, including what a run killed
-half-way left behind, fails that check, so the next run rewrites the document: its points are
-upserted (ids from doc_id and chunk number, so overwritten in place) and then the points past
-its new end are deleted.
+and everything that shapes the dense vectors: model, prefix, chunk size), the document's chunk
+count, and what made its BM25 sparse vectors. A document is skipped, without chunking or
+embedding, when the collection holds exactly its chunks 0..n-1, all with the current stamp.
+Anything else, including what a run killed half-way left behind, fails that check, so the next
+run rewrites the document: its points are upserted (ids from doc_id and chunk number, so
+overwritten in place) and then the points past its new end are deleted.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from indexing.chunking import Chunker
 from ragrank.documents import Chunk, Document
 from ragrank.models import Embedder
 from ragrank.settings import Settings
-from ragrank.store import DocumentStamp, Store
+from ragrank.sparse import SparseEncoder, sparse_encoder
+from ragrank.store import DocumentStamp, Store, sparse_stamp
 
 #: Metadata that changes without the document changing (a file's mtime): not hashed.
 VOLATILE_METADATA = frozenset({"modified"})
@@ -74,11 +75,16 @@ class Indexer:
         chunker: Chunker,
         batch_size: int = 64,
         metadata_indexes: tuple[str, ...] = (),
+        sparse: SparseEncoder | None = None,
     ) -> None:
         self._embedder = embedder
         self.store = store
         self.chunker = chunker
         self._batch_size = batch_size
+        if store.sparse and sparse is None:
+            raise ValueError("the collection keeps BM25 vectors: the indexer needs their encoder")
+        self._sparse = sparse
+        self._sparse_stamp = sparse_stamp(sparse)
         store.ensure_collection(embedder.dimension)
         store.ensure_payload_indexes(metadata_indexes)
         # Whatever shapes the vectors: a change re-embeds every document.
@@ -102,6 +108,7 @@ class Indexer:
             chunker=chunker,
             batch_size=settings.index_batch_size,
             metadata_indexes=settings.metadata_index_keys,
+            sparse=sparse_encoder(settings),
         )
 
     def content_hash(self, document: Document) -> str:
@@ -138,11 +145,13 @@ class Indexer:
                     seen.add(document.doc_id)
                     content_hash = self.content_hash(document)
                     held = stored.get(document.doc_id)
-                    if held is not None and held.holds_version(content_hash, origin):
+                    if held is not None and held.holds_version(
+                        content_hash, origin, self._sparse_stamp
+                    ):
                         summary.unchanged += 1
                         continue
                     chunks = self.chunker.chunk(document)
-                    stamp = DocumentStamp(content_hash, len(chunks), origin)
+                    stamp = DocumentStamp(content_hash, len(chunks), origin, self._sparse_stamp)
                     pending.append(_Pending(document, chunks, stamp))
                     if held is None:
                         summary.new += 1
@@ -165,12 +174,15 @@ class Indexer:
         return summary
 
     def _write(self, pending: list[_Pending]) -> int:
-        """Embed (length-sorted batches), upsert, then cut each document's stale tail."""
+        """Embed (length-sorted batches) and compute BM25 vectors, upsert, then cut each
+        document's stale tail."""
         chunks = [chunk for item in pending for chunk in item.chunks]
         if chunks:
-            vectors = self._embedder.embed_passages([c.passage for c in chunks])
+            passages = [c.passage for c in chunks]
+            vectors = self._embedder.embed_passages(passages)
+            lexical = None if self._sparse is None else self._sparse.documents(passages)
             stamps = {item.document.doc_id: item.stamp for item in pending}
-            self.store.upsert(chunks, vectors, stamps)
+            self.store.upsert(chunks, vectors, stamps, lexical)
         self.store.delete_tails({item.document.doc_id: item.stamp.chunks for item in pending})
         return len(chunks)
 

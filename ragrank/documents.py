@@ -56,7 +56,8 @@ def passage_text(title: str, text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A chunk retrieved from the store, with its cosine similarity to the query."""
+    """A chunk retrieved from the store, with its first-stage score: cosine similarity,
+    BM25, or the fused score of both."""
 
     chunk: Chunk
     retrieval_score: float

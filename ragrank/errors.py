@@ -38,6 +38,12 @@ class CollectionMismatchError(StoreError):
     code = "collection_mismatch"
 
 
+class SparseVectorsMissingError(CollectionMismatchError):
+    """The collection predates BM25 sparse vectors, which sparse and hybrid retrieval need."""
+
+    code = "sparse_vectors_missing"
+
+
 class DocumentError(RagrankError):
     """An input document is malformed; the message names the source and the line."""
 

@@ -20,6 +20,11 @@ BATCHINGS = ("sorted", "arrival", "request")
 #: `auto` writes JSON lines unless stderr is a terminal (see `ragrank/logs.py`).
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: The sparse (BM25) tokenisers of `ragrank/sparse.py`, and `none` for dense vectors only.
+SPARSE_KINDS = ("bm25", "subword", "none")
+#: What the first stage retrieves with, and how hybrid retrieval fuses its two lists.
+RETRIEVALS = ("dense", "sparse", "hybrid")
+FUSIONS = ("rrf", "dbsf")
 
 #: The request limits and the most each may be set to (the OpenAPI schema's hard bounds).
 LIMIT_CEILINGS = {
@@ -89,6 +94,25 @@ class Settings:
     hnsw_ef: int = 128
     #: KiB of vectors from which a segment gets a graph; smaller ones are scanned exactly.
     hnsw_indexing_threshold_kb: int = 10_000
+    #: The share of a segment's points deleted or overwritten from which the store rebuilds
+    #: it without them. 0 rebuilds any segment with a deletion at the next index build,
+    #: which keeps BM25's IDF statistics exact; higher rebuilds less often.
+    vacuum_deleted_ratio: float = 0.0
+    #: The BM25 sparse vector stored beside the dense one: `bm25` (Qdrant's BM25, a
+    #: multilingual word tokenizer), `subword` (the embedding model's tokenizer) or `none`.
+    #: It and the `bm25_*` settings are part of each document's stamp: a change re-indexes.
+    sparse: str = "bm25"
+    #: Stopwords and stemmer of `sparse=bm25`: a language name, or `none` for neither.
+    bm25_language: str = "english"
+    bm25_k: float = 1.2
+    bm25_b: float = 0.75
+    #: The chunk length, in terms, that BM25's length normalisation is relative to.
+    bm25_avg_len: float = 256.0
+    #: What a search retrieves its candidates with when the request does not say: `dense`,
+    #: `sparse` or `hybrid` (both, fused), and how: `rrf` (with `rrf_k`) or `dbsf`.
+    retrieval: str = "hybrid"
+    fusion: str = "rrf"
+    rrf_k: int = 60
 
     device: str = "auto"
     dtype: str = "auto"
@@ -167,6 +191,11 @@ class Settings:
         if self.passage_prefix is None:
             object.__setattr__(self, "passage_prefix", passage)
         self._check_values()
+        if self.sparse == "none" and self.retrieval != "dense":
+            raise SettingsError(
+                f"{env_name('retrieval')}={self.retrieval} needs sparse vectors, but "
+                f"{env_name('sparse')}=none; set {env_name('retrieval')}=dense"
+            )
 
     def _check_values(self) -> None:
         for name in (
@@ -183,6 +212,7 @@ class Settings:
             "hnsw_ef_construct",
             "hnsw_ef",
             "hnsw_indexing_threshold_kb",
+            "rrf_k",
             "max_request_bytes",
         ):
             if getattr(self, name) < 1:
@@ -212,8 +242,6 @@ class Settings:
             floor = {"max_top_k": 10, "max_candidates": 50}.get(name, 1)
             if not floor <= getattr(self, name) <= ceiling:
                 raise SettingsError(f"{env_name(name)} must be between {floor} and {ceiling:,}")
-        if not 0 < self.port < 65536:
-            raise SettingsError(f"{env_name('port')} must be between 1 and 65535")
         choices = {
             "rerank_backend": ("torch", "int8"),
             "packed": ("auto", "on", "off"),
@@ -222,12 +250,20 @@ class Settings:
             "dtype": ("auto", "float32", "float16", "bfloat16"),
             "log_format": LOG_FORMATS,
             "log_level": LOG_LEVELS,
+            "sparse": SPARSE_KINDS,
+            "retrieval": RETRIEVALS,
+            "fusion": FUSIONS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise SettingsError(f"{env_name(name)} must be one of {', '.join(allowed)}")
-        if not -1.0 <= self.rerank_min_agreement <= 1.0:
-            raise SettingsError(f"{env_name('rerank_min_agreement')} must be between -1 and 1")
+        for name, low, high in (
+            ("rerank_min_agreement", -1.0, 1.0),
+            ("vacuum_deleted_ratio", 0.0, 1.0),
+            ("port", 1, 65535),
+        ):
+            if not low <= getattr(self, name) <= high:
+                raise SettingsError(f"{env_name(name)} must be between {low:g} and {high:g}")
 
     @property
     def host_threads(self) -> int:

@@ -1,6 +1,6 @@
-"""The vector store: one collection of chunk vectors (cosine), behind one interface with two
-engines. Embedded (`RAGRANK_QDRANT_PATH`) runs Qdrant Edge in-process; a server
-(`RAGRANK_QDRANT_URL`) runs through qdrant-client."""
+"""The vector store: one collection of chunk vectors (dense by cosine, and BM25 sparse),
+behind one interface with two engines. Embedded (`RAGRANK_QDRANT_PATH`) runs Qdrant Edge
+in-process; a server (`RAGRANK_QDRANT_URL`) runs through qdrant-client."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ragrank.store.base import (
     Condition,
     DocumentStamp,
     Equals,
+    Fusion,
     IndexTuning,
     IsNull,
     Store,
@@ -20,6 +21,7 @@ from ragrank.store.base import (
     StoredPoint,
     Where,
     point_id,
+    sparse_stamp,
 )
 from ragrank.store.edge import EdgeStore
 from ragrank.store.server import CollectionLayout, ServerStore
@@ -43,6 +45,7 @@ __all__ = [
     "DocumentStamp",
     "EdgeStore",
     "Equals",
+    "Fusion",
     "IndexTuning",
     "IsNull",
     "ServerStore",
@@ -52,4 +55,5 @@ __all__ = [
     "Where",
     "open_store",
     "point_id",
+    "sparse_stamp",
 ]

@@ -3,17 +3,20 @@ engine-neutral filter, and the operations built from the engines' primitives."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ragrank.documents import Candidate, Chunk, MetadataValue
-from ragrank.settings import Settings
+from ragrank.documents import Candidate, Chunk, MetadataValue, passage_text
+from ragrank.errors import SparseVectorsMissingError
+from ragrank.settings import Settings, env_name
+from ragrank.sparse import SparseEncoder, SparseVector
 
 #: Fixed namespace so that point ids are the same on every machine and in every run.
 POINT_NAMESPACE = uuid.UUID("4f1f0c62-3c1b-5a57-9d0e-7a1d2c9b6e11")
@@ -33,6 +36,8 @@ class DocumentStamp:
     chunks: int
     #: The source it was indexed from (a folder or file path), for `--delete-missing`.
     origin: str = ""
+    #: What made its sparse vectors (`sparse_stamp`), empty without them.
+    sparse: str = ""
 
 
 @dataclass
@@ -42,15 +47,14 @@ class StoredDocument:
     chunks: set[int] = field(default_factory=set)
     stamps: set[DocumentStamp] = field(default_factory=set)
 
-    def holds_version(self, content_hash: str, origin: str) -> bool:
+    def holds_version(self, content_hash: str, origin: str, sparse: str = "") -> bool:
         """Exactly chunks 0..n-1, all stamped with this version: nothing missing, no stale
         point (whatever a crashed run may have left)."""
         if len(self.stamps) != 1:
             return False
         (stamp,) = self.stamps
-        return (stamp.content_hash, stamp.origin) == (content_hash, origin) and self.chunks == set(
-            range(stamp.chunks)
-        )
+        version = (stamp.content_hash, stamp.origin, stamp.sparse)
+        return version == (content_hash, origin, sparse) and self.chunks == set(range(stamp.chunks))
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class StoredPoint:
     id: str
     vector: list[float]
     payload: dict[str, Any]
+    sparse: SparseVector | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,10 @@ class IndexTuning:
     indexing_threshold_kb: int = 10_000
     #: Below this many KiB of candidate vectors a search scans them exactly.
     full_scan_threshold_kb: int = 10_000
+    #: The share of a segment's points deleted (or overwritten) from which an optimize
+    #: rebuilds it without them. BM25's IDF counts the points a segment still holds, so 0,
+    #: rebuilding any segment with a deletion, keeps it exact.
+    vacuum_deleted_ratio: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> IndexTuning:
@@ -82,6 +91,7 @@ class IndexTuning:
             ef=settings.hnsw_ef,
             indexing_threshold_kb=settings.hnsw_indexing_threshold_kb,
             full_scan_threshold_kb=settings.hnsw_indexing_threshold_kb,
+            vacuum_deleted_ratio=settings.vacuum_deleted_ratio,
         )
 
 
@@ -120,6 +130,43 @@ class Where:
 Condition = Equals | AnyOf | AtLeast | IsNull | Where
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """How hybrid retrieval merges its dense and sparse lists: `rrf` (reciprocal rank
+    fusion, `1 / (k + rank)` summed) or `dbsf` (scores normalised by their distribution)."""
+
+    method: str = "rrf"
+    k: int = 60
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """One first-stage query: nearest by the dense or the sparse vector, or both fused."""
+
+    dense: list[float] | None
+    sparse: SparseVector | None
+    limit: int
+    where: Where | None = None
+    exact: bool = False
+    fusion: Fusion = Fusion()
+
+
+def sparse_stamp(encoder: SparseEncoder | None) -> str:
+    """What a point records of the encoder that made its sparse vector."""
+    if encoder is None:
+        return ""
+    return hashlib.sha256(encoder.recipe.encode()).hexdigest()[:16]
+
+
+def missing_sparse(collection: str) -> SparseVectorsMissingError:
+    return SparseVectorsMissingError(
+        f"Collection {collection!r} was made without BM25 sparse vectors, which sparse and "
+        f"hybrid retrieval need. Run `ragrank store add-sparse` to compute them from the "
+        f"stored chunk text (nothing is re-embedded), or set {env_name('sparse')}=none and "
+        f"{env_name('retrieval')}=dense to search it by dense vectors only."
+    )
+
+
 def point_id(doc_id: str, chunk_index: int) -> str:
     """A deterministic UUID for a chunk, so re-indexing a document overwrites its points."""
     return str(uuid.uuid5(POINT_NAMESPACE, json.dumps([doc_id, chunk_index])))
@@ -134,19 +181,37 @@ class Store(ABC):
     #: Whether the store lives in this process (and ragrank must build its index).
     embedded: bool
     tuning: IndexTuning
+    #: Whether the collection must carry BM25 sparse vectors beside the dense ones.
+    sparse: bool
 
     @abstractmethod
     def ensure_collection(self, dimension: int) -> None:
-        """Create the collection (cosine) if missing; refuse one built for another model."""
+        """Create the collection (cosine, and BM25 sparse with IDF when `sparse`) if missing;
+        refuse one built for another model, or one without the sparse vectors needed."""
+
+    @abstractmethod
+    def has_sparse(self) -> bool:
+        """Whether the existing collection declares the BM25 sparse vector."""
+
+    @abstractmethod
+    def _create_sparse(self) -> None:
+        """Declare the BM25 sparse vector (IDF modifier) on the existing collection."""
+
+    @abstractmethod
+    def _set_sparse(
+        self, ids: Sequence[str], vectors: Sequence[SparseVector], payload: Mapping[str, Any]
+    ) -> None:
+        """Replace the sparse vector of existing points and merge `payload` into theirs,
+        keeping their dense vectors."""
 
     @abstractmethod
     def write_points(self, points: Sequence[StoredPoint]) -> None:
         """Write points exactly as given (ids, vectors and payloads), as a migration does."""
 
     @abstractmethod
-    def _query(
-        self, vector: list[float], limit: int, where: Where | None, exact: bool
-    ) -> list[tuple[Mapping[str, Any], float]]: ...
+    def _query(self, request: Retrieval) -> list[tuple[Mapping[str, Any], float]]:
+        """One Query API call: nearest by the dense or the sparse vector, or, given both,
+        each as a prefetch of `limit` under the filter, fused."""
 
     @abstractmethod
     def _page(
@@ -182,12 +247,17 @@ class Store(ABC):
         chunks: Sequence[Chunk],
         vectors: np.ndarray,
         stamps: Mapping[str, DocumentStamp] | None = None,
+        sparse: Sequence[SparseVector] | None = None,
     ) -> None:
         """Write chunk points; `stamps` (by doc_id) adds each document's content hash, chunk
-        count and origin, which `stored_documents` reads back to skip unchanged documents."""
+        count and origin, which `stored_documents` reads back to skip unchanged documents.
+        `sparse` gives each chunk its BM25 vector."""
         if len(chunks) != len(vectors):
             raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        if sparse is not None and len(sparse) != len(chunks):
+            raise ValueError(f"{len(chunks)} chunks but {len(sparse)} sparse vectors")
         stamps = stamps or {}
+        lexical: Sequence[SparseVector | None] = sparse or [None] * len(chunks)
         self.write_points(
             [
                 StoredPoint(
@@ -203,10 +273,37 @@ class Store(ABC):
                         "end": chunk.end,
                         **_stamp_payload(stamps.get(chunk.doc_id)),
                     },
+                    sparse=lexical_vector,
                 )
-                for chunk, vector in zip(chunks, vectors, strict=True)
+                for chunk, vector, lexical_vector in zip(chunks, vectors, lexical, strict=True)
             ]
         )
+
+    def add_sparse(
+        self,
+        encoder: SparseEncoder,
+        *,
+        batch: int = 256,
+        progress: Callable[[int], object] | None = None,
+    ) -> int:
+        """Give every point a BM25 vector computed from its stored text (and stamp it so),
+        declaring the sparse vector first if the collection lacks it; dense vectors are kept.
+        Rerunning it finishes an interrupted run. `progress(n)` is told each batch's size.
+        Returns the number of points."""
+        if not self.has_sparse():
+            self._create_sparse()
+        stamp = sparse_stamp(encoder)
+        done = 0
+        for page in self._pages(None, ["text", "title"], vectors=False, batch=batch):
+            texts = [
+                passage_text(str(p.payload.get("title") or ""), str(p.payload.get("text") or ""))
+                for p in page
+            ]
+            self._set_sparse([p.id for p in page], encoder.documents(texts), {"sparse": stamp})
+            done += len(page)
+            if progress is not None:
+                progress(len(page))
+        return done
 
     def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
         """Every point with its vector and payload, in batches."""
@@ -229,16 +326,36 @@ class Store(ABC):
 
     def search(
         self,
-        vector: np.ndarray,
+        vector: np.ndarray | None,
         limit: int,
         where: Mapping[str, MetadataValue] | None = None,
         *,
+        sparse: SparseVector | None = None,
+        fusion: Fusion | None = None,
         exact: bool = False,
     ) -> list[Candidate]:
-        """The `limit` chunks most similar to `vector`, best first, optionally filtered;
-        `exact` skips the vector index and compares with every point."""
-        hits = self._query(vector.tolist(), limit, equality_filter(where), exact)
-        return [_candidate(payload, score) for payload, score in hits]
+        """The `limit` best chunks, optionally filtered: nearest to the dense `vector`, best
+        by BM25 for `sparse`, or, given both, the two lists fused (`fusion`, RRF by
+        default). `exact` skips the dense vector index and compares with every point."""
+        if vector is None and sparse is None:
+            raise ValueError("a search needs a dense vector, a sparse one, or both")
+        if sparse is not None and not self.sparse:
+            raise missing_sparse(self.collection)
+        hits = self._query(
+            Retrieval(
+                dense=None if vector is None else vector.tolist(),
+                sparse=sparse,
+                limit=limit,
+                where=equality_filter(where),
+                exact=exact,
+                fusion=fusion or Fusion(),
+            )
+        )
+        candidates = [_candidate(payload, score) for payload, score in hits]
+        # Fused scores tie often (the same ranks in different lists), and Qdrant orders ties
+        # arbitrarily: the same search must give the same answer.
+        candidates.sort(key=lambda c: (-c.retrieval_score, c.chunk.doc_id, c.chunk.chunk_index))
+        return candidates
 
     def stored_documents(self, doc_ids: Sequence[str]) -> dict[str, StoredDocument]:
         """What the collection holds of each document: its chunk numbers and the stamps on
@@ -247,7 +364,8 @@ class Store(ABC):
         if not doc_ids:
             return found
         query = Where(must=(AnyOf("doc_id", tuple(doc_ids)),))
-        for payload in self._scroll(query, ["doc_id", "chunk", "hash", "chunks", "origin"]):
+        fields = ["doc_id", "chunk", "hash", "chunks", "origin", "sparse"]
+        for payload in self._scroll(query, fields):
             stored = found.setdefault(str(payload["doc_id"]), StoredDocument())
             stored.chunks.add(int(payload.get("chunk", -1)))
             stored.stamps.add(
@@ -255,6 +373,7 @@ class Store(ABC):
                     str(payload.get("hash", "")),
                     int(payload.get("chunks", -1)),
                     str(payload.get("origin", "")),
+                    str(payload.get("sparse", "")),
                 )
             )
         return found
@@ -299,7 +418,12 @@ def equality_filter(where: Mapping[str, MetadataValue] | None) -> Where | None:
 def _stamp_payload(stamp: DocumentStamp | None) -> dict[str, Any]:
     if stamp is None:
         return {}
-    return {"hash": stamp.content_hash, "chunks": stamp.chunks, "origin": stamp.origin}
+    return {
+        "hash": stamp.content_hash,
+        "chunks": stamp.chunks,
+        "origin": stamp.origin,
+        "sparse": stamp.sparse,
+    }
 
 
 def _candidate(payload: Mapping[str, Any], score: float) -> Candidate:

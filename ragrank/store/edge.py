@@ -27,15 +27,19 @@ import qdrant_edge as edge
 
 from ragrank.errors import CollectionMismatchError, StoreError, StoreUnreachableError
 from ragrank.settings import Settings, env_name
+from ragrank.sparse import SPARSE_VECTOR, SparseVector
 from ragrank.store.base import (
     AnyOf,
     AtLeast,
     Condition,
+    Fusion,
     IndexTuning,
     IsNull,
+    Retrieval,
     Store,
     StoredPoint,
     Where,
+    missing_sparse,
 )
 from ragrank.store.legacy import legacy_collections
 
@@ -59,17 +63,22 @@ class EdgeStore(Store):
         collection: str,
         *,
         tuning: IndexTuning | None = None,
+        sparse: bool = True,
         allow_legacy: bool = False,
     ) -> None:
         self.folder = folder
         self.collection = collection
         self.tuning = tuning or IndexTuning()
+        self.sparse = sparse
         self.path = shard_folder(folder, collection)
         self._lifecycle = threading.Lock()
         self._write_lock = threading.Lock()
         self._guard = _SwapGuard()
         self._shard: edge.EdgeShard | None = None
         self._dimension: int | None = None
+        self._has_sparse = False
+        #: Whether points were deleted since the last build, which a build then vacuums.
+        self._deleted = False
         self._lock_file: IO[str] | None = _lock_folder(folder)
         try:
             if not allow_legacy and not self._exists() and collection in legacy_collections(folder):
@@ -83,7 +92,7 @@ class EdgeStore(Store):
             # A copy that a build alongside searches left behind, killed mid-way.
             shutil.rmtree(_reading_copy(self.path), ignore_errors=True)
             if self._exists():
-                self._dimension = _stored_dimension(self.path)
+                self._dimension, self._has_sparse = _stored_vectors(self.path)
                 self._shard = self._load(self._dimension)
         except BaseException:
             self._release()
@@ -95,27 +104,32 @@ class EdgeStore(Store):
             settings.qdrant_path,
             settings.collection,
             tuning=IndexTuning.from_settings(settings),
+            sparse=settings.sparse != "none",
             allow_legacy=allow_legacy,
         )
 
     def _exists(self) -> bool:
         return (self.path / EDGE_CONFIG_FILE).is_file()
 
-    def _config(self, dimension: int) -> edge.EdgeConfig:
+    def _config(self, dimension: int, sparse: bool) -> edge.EdgeConfig:
+        lexical = {SPARSE_VECTOR: edge.EdgeSparseVectorParams(modifier=edge.Modifier.Idf)}
         return edge.EdgeConfig(
             vectors=edge.EdgeVectorParams(size=dimension, distance=edge.Distance.Cosine),
+            sparse_vectors=lexical if sparse else None,
             hnsw_config=edge.HnswIndexConfig(
                 m=self.tuning.m,
                 ef_construct=self.tuning.ef_construct,
                 full_scan_threshold=self.tuning.full_scan_threshold_kb,
             ),
             optimizers=edge.EdgeOptimizersConfig(
-                indexing_threshold=self.tuning.indexing_threshold_kb
+                indexing_threshold=self.tuning.indexing_threshold_kb,
+                deleted_threshold=self.tuning.vacuum_deleted_ratio,
+                vacuum_min_vector_number=1,
             ),
         )
 
     def _load(self, dimension: int | None) -> edge.EdgeShard:
-        config = None if dimension is None else self._config(dimension)
+        config = None if dimension is None else self._config(dimension, self._has_sparse)
         try:
             return edge.EdgeShard.load(str(self.path), config)
         except Exception as exc:
@@ -127,11 +141,12 @@ class EdgeStore(Store):
                 if self._exists():
                     raise StoreError(f"The Qdrant Edge shard {self.path} is closed")
                 self.path.mkdir(parents=True, exist_ok=True)
+                config = self._config(dimension, self.sparse)
                 try:
-                    self._shard = edge.EdgeShard.create(str(self.path), self._config(dimension))
+                    self._shard = edge.EdgeShard.create(str(self.path), config)
                 except Exception as exc:
                     raise StoreError(f"Cannot create the shard {self.path}: {exc}") from exc
-                self._dimension = dimension
+                self._dimension, self._has_sparse = dimension, self.sparse
                 return
         if self._dimension is not None and self._dimension != dimension:
             raise CollectionMismatchError(
@@ -140,6 +155,30 @@ class EdgeStore(Store):
                 f"Cosine. Set {env_name('collection')} to a new name, or delete {self.path} to "
                 f"re-create the collection for this model."
             )
+        if self.sparse and not self._has_sparse:
+            raise missing_sparse(self.collection)
+
+    def has_sparse(self) -> bool:
+        return self._has_sparse
+
+    def _create_sparse(self) -> None:
+        self._update(edge.UpdateOperation.create_sparse_vector(SPARSE_VECTOR, edge.Modifier.Idf))
+        self._has_sparse = True
+
+    def _set_sparse(
+        self, ids: Sequence[str], vectors: Sequence[SparseVector], payload: Mapping[str, Any]
+    ) -> None:
+        if not ids:
+            return
+        points = [
+            edge.PointVectors(point_id, {SPARSE_VECTOR: _sparse(vector)})
+            for point_id, vector in zip(ids, vectors, strict=True)
+        ]
+        with self._write_lock:
+            self._call("update", edge.UpdateOperation.update_vectors(points))
+            self._call("update", edge.UpdateOperation.set_payload(list(ids), dict(payload)))
+            self._call("flush")
+            self._deleted = True  # points of built segments are rewritten elsewhere
 
     def _open(self) -> edge.EdgeShard:
         shard = self._shard
@@ -167,21 +206,46 @@ class EdgeStore(Store):
         if points:
             self._update(
                 edge.UpdateOperation.upsert_points(
-                    [edge.Point(point.id, point.vector, point.payload) for point in points]
+                    [edge.Point(point.id, self._vectors(point), point.payload) for point in points]
                 )
             )
 
-    def _query(
-        self, vector: list[float], limit: int, where: Where | None, exact: bool
-    ) -> list[tuple[Mapping[str, Any], float]]:
-        request = edge.QueryRequest(
-            limit=limit,
-            query=edge.Query.Nearest(vector),
-            filter=_filter(where),
-            params=edge.SearchParams(hnsw_ef=self.tuning.ef, exact=exact),
-            with_payload=True,
-        )
-        return [(hit.payload or {}, hit.score) for hit in self._call("query", request)]
+    def _vectors(self, point: StoredPoint) -> Any:
+        if point.sparse is None or not self._has_sparse:
+            return point.vector
+        return {"": point.vector, SPARSE_VECTOR: _sparse(point.sparse)}
+
+    def _query(self, request: Retrieval) -> list[tuple[Mapping[str, Any], float]]:
+        dense, sparse, limit = request.dense, request.sparse, request.limit
+        if sparse is not None and not self._has_sparse:
+            raise missing_sparse(self.collection)
+        params = edge.SearchParams(hnsw_ef=self.tuning.ef, exact=request.exact)
+        where_filter = _filter(request.where)
+        stages: list[tuple[Any, edge.SearchParams | None]] = []
+        if dense is not None:
+            stages.append((edge.Query.Nearest(dense), params))
+        if sparse is not None:
+            stages.append((edge.Query.Nearest(_sparse(sparse), using=SPARSE_VECTOR), None))
+        if len(stages) == 1:
+            ((query, stage_params),) = stages
+            query_request = edge.QueryRequest(
+                limit=limit,
+                query=query,
+                filter=where_filter,
+                params=stage_params,
+                with_payload=True,
+            )
+        else:
+            query_request = edge.QueryRequest(
+                limit=limit,
+                prefetches=[
+                    edge.Prefetch(limit=limit, query=query, params=stage, filter=where_filter)
+                    for query, stage in stages
+                ],
+                query=_fusion(request.fusion),
+                with_payload=True,
+            )
+        return [(hit.payload or {}, hit.score) for hit in self._call("query", query_request)]
 
     def _page(
         self, where: Where | None, fields: list[str] | bool, vectors: bool, limit: int, offset: Any
@@ -194,11 +258,17 @@ class EdgeStore(Store):
             with_vector=vectors,
         )
         records, offset = self._call("scroll", request)
-        points = [StoredPoint(str(r.id), _dense(r.vector), dict(r.payload or {})) for r in records]
+        points = [
+            StoredPoint(
+                str(r.id), _dense(r.vector), dict(r.payload or {}), _stored_sparse(r.vector)
+            )
+            for r in records
+        ]
         return points, offset
 
     def _delete(self, where: Where) -> None:
         self._update(edge.UpdateOperation.delete_points_by_filter(_where(where)))
+        self._deleted = True
 
     def _index_keywords(self, fields: Sequence[str]) -> None:
         for name in fields:
@@ -230,10 +300,12 @@ class EdgeStore(Store):
             with self._write_lock:
                 self._call("optimize")
                 self._call("flush")
+                self._deleted = False
             return
         with self._write_lock:
-            if self._shard is None or not self._needs_graph():
+            if self._shard is None or not (self._deleted or self._needs_graph()):
                 return
+            self._deleted = False
             self._call("flush")
             copy = _reading_copy(self.path)
             shutil.rmtree(copy, ignore_errors=True)
@@ -340,14 +412,20 @@ def _lock_folder(folder: Path) -> IO[str]:
     return handle
 
 
-def _stored_dimension(path: Path) -> int | None:
-    """The vector size the shard was created with, or None where its file is unreadable
-    (the shard then opens with the configuration it holds)."""
+def _stored_vectors(path: Path) -> tuple[int | None, bool]:
+    """The dense vector size the shard was created with (None where its file is unreadable:
+    the shard then opens with the configuration it holds), and whether it declares the
+    sparse vector."""
     try:
         config = json.loads((path / EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
-        return int(config["vectors"][""]["size"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    except (OSError, ValueError):
+        return None, False
+    try:
+        dimension: int | None = int(config["vectors"][""]["size"])
+    except (KeyError, TypeError, ValueError):
+        dimension = None
+    sparse = config.get("sparse_vectors") if isinstance(config, dict) else None
+    return dimension, isinstance(sparse, dict) and SPARSE_VECTOR in sparse
 
 
 def _run(method: Any, *args: Any) -> Any:
@@ -363,6 +441,25 @@ def _dense(vector: Any) -> list[float]:
     if isinstance(vector, dict):
         vector = vector.get("")
     return [float(x) for x in vector or []]
+
+
+def _sparse(vector: SparseVector | None) -> edge.SparseVector:
+    if vector is None:
+        return edge.SparseVector([], [])
+    return edge.SparseVector(list(vector.indices), list(vector.values))
+
+
+def _stored_sparse(vector: Any) -> SparseVector | None:
+    lexical = vector.get(SPARSE_VECTOR) if isinstance(vector, dict) else None
+    if lexical is None:
+        return None
+    return SparseVector(tuple(lexical.indices), tuple(float(v) for v in lexical.values))
+
+
+def _fusion(fusion: Fusion) -> Any:
+    if fusion.method == "dbsf":
+        return edge.Fusion.Dbsf()
+    return edge.Fusion.Rrf(k=fusion.k)
 
 
 def _filter(where: Where | None) -> edge.Filter | None:

@@ -12,15 +12,19 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from ragrank.errors import CollectionMismatchError, StoreError, StoreUnreachableError
 from ragrank.settings import Settings, env_name
+from ragrank.sparse import SPARSE_VECTOR, SparseVector
 from ragrank.store.base import (
     AnyOf,
     AtLeast,
     Condition,
+    Fusion,
     IndexTuning,
     IsNull,
+    Retrieval,
     Store,
     StoredPoint,
     Where,
+    missing_sparse,
 )
 
 
@@ -47,11 +51,15 @@ class ServerStore(Store):
         *,
         layout: CollectionLayout | None = None,
         tuning: IndexTuning | None = None,
+        sparse: bool = True,
     ) -> None:
         self._client = client
         self.collection = collection
         self.layout = layout or CollectionLayout()
         self.tuning = tuning or IndexTuning()
+        self.sparse = sparse
+        #: Whether the collection declares the sparse vector, once looked up.
+        self._has_sparse: bool | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ServerStore:
@@ -65,6 +73,7 @@ class ServerStore(Store):
                 write_consistency=settings.qdrant_write_consistency_factor,
             ),
             tuning=IndexTuning.from_settings(settings),
+            sparse=settings.sparse != "none",
         )
 
     def close(self) -> None:
@@ -75,6 +84,7 @@ class ServerStore(Store):
             if not self._client.collection_exists(self.collection):
                 try:
                     self._create_collection(dimension)
+                    self._has_sparse = self.sparse
                     return
                 except Exception:
                     # API replicas and the indexer start together: another one may have
@@ -97,11 +107,53 @@ class ServerStore(Store):
                 f"vectors compared by Cosine. Set {env_name('collection')} to a new name, or "
                 f"re-create the collection for this model."
             )
+        self._has_sparse = SPARSE_VECTOR in (info.config.params.sparse_vectors or {})
+        if self.sparse and not self._has_sparse:
+            raise missing_sparse(self.collection)
+
+    def has_sparse(self) -> bool:
+        if self._has_sparse is None:
+            info = self._call(self._client.get_collection, self.collection)
+            self._has_sparse = SPARSE_VECTOR in (info.config.params.sparse_vectors or {})
+        return self._has_sparse
+
+    def _create_sparse(self) -> None:
+        config = models.SparseVectorConfig(modifier=models.Modifier.IDF)
+        self._call(
+            self._client.create_vector_name,
+            self.collection,
+            SPARSE_VECTOR,
+            models.SparseVectorNameConfig(sparse=config),
+        )
+        self._has_sparse = True
+
+    def _set_sparse(
+        self, ids: Sequence[str], vectors: Sequence[SparseVector], payload: Mapping[str, Any]
+    ) -> None:
+        if not ids:
+            return
+        points = [
+            models.PointVectors(id=point_id, vector={SPARSE_VECTOR: _sparse(vector)})
+            for point_id, vector in zip(ids, vectors, strict=True)
+        ]
+        self._call(self._client.update_vectors, self.collection, points=points, wait=True)
+        self._call(
+            self._client.set_payload,
+            self.collection,
+            payload=dict(payload),
+            points=list(ids),
+            wait=True,
+        )
 
     def _create_collection(self, dimension: int) -> None:
         self._client.create_collection(
             self.collection,
             vectors_config=models.VectorParams(size=dimension, distance=models.Distance.COSINE),
+            sparse_vectors_config=(
+                {SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+                if self.sparse
+                else None
+            ),
             shard_number=self.layout.shards,
             replication_factor=self.layout.replicas,
             write_consistency_factor=self.layout.write_consistency,
@@ -111,28 +163,54 @@ class ServerStore(Store):
                 full_scan_threshold=self.tuning.full_scan_threshold_kb,
             ),
             optimizers_config=models.OptimizersConfigDiff(
-                indexing_threshold=self.tuning.indexing_threshold_kb
+                indexing_threshold=self.tuning.indexing_threshold_kb,
+                deleted_threshold=self.tuning.vacuum_deleted_ratio,
+                vacuum_min_vector_number=1,
             ),
         )
 
     def write_points(self, points: Sequence[StoredPoint]) -> None:
         structs = [
-            models.PointStruct(id=point.id, vector=point.vector, payload=point.payload)
+            models.PointStruct(id=point.id, vector=self._vectors(point), payload=point.payload)
             for point in points
         ]
         self._call(self._client.upsert, self.collection, points=structs, wait=True)
 
-    def _query(
-        self, vector: list[float], limit: int, where: Where | None, exact: bool
-    ) -> list[tuple[Mapping[str, Any], float]]:
+    def _vectors(self, point: StoredPoint) -> Any:
+        if point.sparse is None or not self.sparse:
+            return point.vector
+        return {"": point.vector, SPARSE_VECTOR: _sparse(point.sparse)}
+
+    def _query(self, request: Retrieval) -> list[tuple[Mapping[str, Any], float]]:
+        dense, sparse, limit = request.dense, request.sparse, request.limit
+        if sparse is not None and not self.has_sparse():
+            raise missing_sparse(self.collection)
+        params = models.SearchParams(hnsw_ef=self.tuning.ef, exact=request.exact)
+        where_filter = _filter(request.where)
+        stages: list[models.Prefetch] = []
+        if dense is not None:
+            stages.append(models.Prefetch(query=dense, params=params, limit=limit))
+        if sparse is not None:
+            stages.append(models.Prefetch(query=_sparse(sparse), using=SPARSE_VECTOR, limit=limit))
+        if len(stages) == 1:
+            (stage,) = stages
+            arguments: dict[str, Any] = {
+                "query": stage.query,
+                "using": stage.using,
+                "search_params": stage.params,
+                "query_filter": where_filter,
+            }
+        else:
+            arguments = {
+                "prefetch": [stage.model_copy(update={"filter": where_filter}) for stage in stages],
+                "query": _fusion(request.fusion),
+            }
         response = self._call(
             self._client.query_points,
             self.collection,
-            query=vector,
             limit=limit,
-            query_filter=_filter(where),
-            search_params=models.SearchParams(hnsw_ef=self.tuning.ef, exact=exact),
             with_payload=True,
+            **arguments,
         )
         return [(point.payload or {}, point.score) for point in response.points]
 
@@ -149,7 +227,10 @@ class ServerStore(Store):
             with_vectors=vectors,
         )
         points = [
-            StoredPoint(str(r.id), list(r.vector or []), dict(r.payload or {})) for r in records
+            StoredPoint(
+                str(r.id), _dense(r.vector), dict(r.payload or {}), _stored_sparse(r.vector)
+            )
+            for r in records
         ]
         return points, offset
 
@@ -193,6 +274,29 @@ def _transient(exc: Exception) -> bool:
     if isinstance(exc, UnexpectedResponse):
         return exc.status_code is None or exc.status_code == 429 or exc.status_code >= 500
     return isinstance(exc, (ResponseHandlingException, httpx.TransportError, OSError))
+
+
+def _sparse(vector: SparseVector) -> models.SparseVector:
+    return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+def _dense(vector: Any) -> list[float]:
+    if isinstance(vector, dict):
+        vector = vector.get("")
+    return [float(x) for x in vector or []]
+
+
+def _stored_sparse(vector: Any) -> SparseVector | None:
+    lexical = vector.get(SPARSE_VECTOR) if isinstance(vector, dict) else None
+    if not isinstance(lexical, models.SparseVector):
+        return None
+    return SparseVector(tuple(lexical.indices), tuple(float(v) for v in lexical.values))
+
+
+def _fusion(fusion: Fusion) -> models.Query:
+    if fusion.method == "dbsf":
+        return models.FusionQuery(fusion=models.Fusion.DBSF)
+    return models.RrfQuery(rrf=models.Rrf(k=fusion.k))
 
 
 def _filter(where: Where | None) -> models.Filter | None:

@@ -351,6 +351,9 @@ class RacingClient(QdrantClient):
                 vectors_config=models.VectorParams(
                     size=self.other_dimension, distance=models.Distance.COSINE
                 ),
+                sparse_vectors_config={
+                    "bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)
+                },
             )
             return False
         return super().collection_exists(collection_name, **kwargs)

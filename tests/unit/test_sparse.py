@@ -1,0 +1,252 @@
+"""BM25 sparse vectors and hybrid retrieval on both store engines: the weights and the scores
+against hand computation, IDF through updates and deletes, fusion against a hand-fused list,
+old collections, and vectors of any text."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from qdrant_client import QdrantClient
+from transformers import AutoTokenizer
+
+from ragrank.cli import main
+from ragrank.documents import Chunk
+from ragrank.errors import SettingsError, SparseVectorsMissingError
+from ragrank.settings import Settings
+from ragrank.sparse import Bm25Params, QdrantBm25, SparseVector, SubwordBm25, sparse_encoder
+from ragrank.store import EdgeStore, Fusion, IndexTuning, ServerStore, Store
+
+PARAMS = Bm25Params(k=1.2, b=0.75, avg_len=4.0)
+#: Words the English stopword list and stemmer leave as they are.
+CORPUS = {
+    "a": "quartz granite quartz",
+    "b": "granite basalt",
+    "c": "basalt obsidian pumice basalt basalt",
+}
+
+
+#: Every segment gets a graph, so that writes also meet built (immutable) segments.
+BUILT = IndexTuning(indexing_threshold_kb=1, full_scan_threshold_kb=1)
+
+
+def _store(engine: str, tmp_path: Path, *, sparse: bool = True) -> Store:
+    if engine == "edge":
+        return EdgeStore(tmp_path / "q", "c", sparse=sparse, tuning=BUILT)
+    return ServerStore(QdrantClient(":memory:"), "c", sparse=sparse)
+
+
+@pytest.fixture(params=["edge", "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    store = _store(request.param, tmp_path)
+    yield store
+    store.close()
+
+
+def _index(store: Store, texts: dict[str, str], encoder: QdrantBm25, seed: int = 0) -> None:
+    store.ensure_collection(4)
+    chunks = [Chunk(doc_id=doc_id, chunk_index=0, text=text) for doc_id, text in texts.items()]
+    vectors = np.random.default_rng(seed).normal(size=(len(chunks), 4)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    store.upsert(chunks, vectors, sparse=encoder.documents([c.passage for c in chunks]))
+
+
+def hand_bm25(query: str, corpus: dict[str, str]) -> dict[str, float]:
+    """BM25 of each document, from the textbook formulas (whitespace terms)."""
+    documents = {doc_id: text.split() for doc_id, text in corpus.items()}
+    total = len(documents)
+    scores = {}
+    for doc_id, terms in documents.items():
+        score = 0.0
+        for term in set(query.split()):
+            tf = terms.count(term)
+            if not tf:
+                continue
+            holding = sum(term in other for other in documents.values())
+            idf = math.log(1 + (total - holding + 0.5) / (holding + 0.5))
+            norm = 1 - PARAMS.b + PARAMS.b * len(terms) / PARAMS.avg_len
+            score += idf * tf * (PARAMS.k + 1) / (tf + PARAMS.k * norm)
+        if score:
+            scores[doc_id] = score
+    return scores
+
+
+def test_document_weights_are_bm25_term_frequencies():
+    encoder = QdrantBm25(PARAMS)
+    (vector,) = encoder.documents(["quartz granite quartz"])
+    # Two distinct terms in a 3-term document: tf 2 and tf 1.
+    norm = 1 - 0.75 + 0.75 * 3 / 4.0
+    expected = sorted([2 * 2.2 / (2 + 1.2 * norm), 1 * 2.2 / (1 + 1.2 * norm)])
+    assert sorted(vector.values) == pytest.approx(expected)
+    assert list(vector.indices) == sorted(vector.indices)
+    query = encoder.query("quartz quartz granite")
+    assert query.values == (1.0, 1.0) and set(query.indices) == set(vector.indices)
+
+
+def test_subword_weights_count_the_tokenizer_ids(tiny_embedder_path: Path):
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_embedder_path))
+    encoder = SubwordBm25(PARAMS, tokenizer, "tiny")
+    text = "river river delta"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    (vector,) = encoder.documents([text])
+    norm = 1 - 0.75 + 0.75 * len(ids) / 4.0
+    for term, weight in zip(vector.indices, vector.values, strict=True):
+        tf = ids.count(term)
+        assert weight == pytest.approx(tf * 2.2 / (tf + 1.2 * norm))
+    assert set(vector.indices) == set(ids)
+    assert encoder.query(text) == SparseVector(tuple(sorted(set(ids))), (1.0,) * len(set(ids)))
+
+
+def test_sparse_search_scores_are_bm25_with_qdrant_idf(store: Store):
+    encoder = QdrantBm25(PARAMS)
+    _index(store, CORPUS, encoder)
+    hits = store.search(None, 10, sparse=encoder.query("basalt quartz"))
+    found = {hit.chunk.doc_id: hit.retrieval_score for hit in hits}
+    assert found == pytest.approx(hand_bm25("basalt quartz", CORPUS), rel=1e-4)
+
+
+def test_idf_follows_updates_and_deletes(store: Store):
+    """Qdrant counts the points a segment still holds, deleted ones included, until the
+    segment is rebuilt: the store's build after writes (as `ragrank index` ends) rebuilds it."""
+    encoder = QdrantBm25(PARAMS)
+    _index(store, CORPUS, encoder)
+    store.optimize()
+    changed = {**CORPUS, "b": "pumice obsidian"}
+    _index(store, {"b": changed["b"]}, encoder)
+    store.delete_tails({"b": 1})
+    store.optimize()
+    query = "basalt pumice"
+    hits = store.search(None, 10, sparse=encoder.query(query))
+    assert {h.chunk.doc_id: h.retrieval_score for h in hits} == pytest.approx(
+        hand_bm25(query, changed), rel=1e-4
+    )
+    store.delete_documents(["c"])
+    store.optimize()
+    remaining = {k: v for k, v in changed.items() if k != "c"}
+    hits = store.search(None, 10, sparse=encoder.query(query))
+    assert {h.chunk.doc_id: h.retrieval_score for h in hits} == pytest.approx(
+        hand_bm25(query, remaining), rel=1e-4
+    )
+
+
+@pytest.mark.parametrize("k", [2, 60])
+def test_rrf_fuses_as_hand_fused(store: Store, k: int):
+    encoder = QdrantBm25(PARAMS)
+    texts = {f"d{i}": " ".join(["granite"] * (i % 3 + 1) + ["basalt"] * (i % 4)) for i in range(12)}
+    _index(store, texts, encoder, seed=3)
+    query_vector = np.random.default_rng(9).normal(size=4).astype(np.float32)
+    query_sparse = encoder.query("granite basalt")
+    limit = 6
+    dense = [h.chunk.doc_id for h in store.search(query_vector, limit)]
+    lexical = [h.chunk.doc_id for h in store.search(None, limit, sparse=query_sparse)]
+    fused: dict[str, float] = {}
+    for ranking in (dense, lexical):
+        for rank, doc_id in enumerate(ranking):
+            fused[doc_id] = fused.get(doc_id, 0.0) + 1 / (k + rank)
+    expected = sorted(fused, key=lambda d: (-fused[d], d))[:limit]
+    hits = store.search(query_vector, limit, sparse=query_sparse, fusion=Fusion("rrf", k))
+    assert [h.chunk.doc_id for h in hits] == expected
+    assert [h.retrieval_score for h in hits] == pytest.approx([fused[d] for d in expected])
+    dbsf = store.search(query_vector, limit, sparse=query_sparse, fusion=Fusion("dbsf"))
+    assert len(dbsf) == limit and set(h.chunk.doc_id for h in dbsf) <= set(dense) | set(lexical)
+
+
+def test_hybrid_applies_the_filter_to_both_lists(store: Store):
+    encoder = QdrantBm25(PARAMS)
+    store.ensure_collection(4)
+    chunks = [
+        Chunk(doc_id=f"d{i}", chunk_index=0, text="granite basalt", metadata={"lang": lang})
+        for i, lang in enumerate(["en", "de"] * 5)
+    ]
+    vectors = np.ones((10, 4), dtype=np.float32) / 2
+    store.upsert(chunks, vectors, sparse=encoder.documents([c.passage for c in chunks]))
+    hits = store.search(vectors[0], 10, {"lang": "de"}, sparse=encoder.query("granite"))
+    assert len(hits) == 5 and all(h.chunk.metadata["lang"] == "de" for h in hits)
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+def test_an_old_collection_is_refused_with_the_command_that_adds_sparse(
+    engine: str, tmp_path: Path
+):
+    old = _store(engine, tmp_path, sparse=False)
+    old.ensure_collection(4)
+    chunks = [Chunk(doc_id=d, chunk_index=0, text=t, title="") for d, t in CORPUS.items()]
+    vectors = np.eye(3, 4, dtype=np.float32)
+    old.upsert(chunks, vectors)
+    if engine == "edge":
+        old.close()
+        current = _store(engine, tmp_path)
+    else:
+        current = ServerStore(old._client, "c")  # type: ignore[attr-defined]
+    with pytest.raises(SparseVectorsMissingError, match="ragrank store add-sparse"):
+        current.ensure_collection(4)
+    with pytest.raises(SparseVectorsMissingError, match="RAGRANK_SPARSE=none"):
+        current.search(vectors[0], 3, sparse=SparseVector((1,), (1.0,)))
+    encoder = QdrantBm25(PARAMS)
+    assert current.add_sparse(encoder) == 3
+    current.ensure_collection(4)
+    hits = current.search(None, 10, sparse=encoder.query("basalt quartz"))
+    assert {h.chunk.doc_id: h.retrieval_score for h in hits} == pytest.approx(
+        hand_bm25("basalt quartz", CORPUS), rel=1e-4
+    )
+    # The dense vectors are kept as they were.
+    assert [h.chunk.doc_id for h in current.search(vectors[2], 1)] == ["c"]
+    stored = current.stored_documents(["a"])["a"]
+    assert {s.sparse for s in stored.stamps} != {""}
+    current.close()
+
+
+def test_store_add_sparse_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):
+    old = EdgeStore(tmp_path / "q", "ragrank", sparse=False)
+    old.ensure_collection(4)
+    chunks = [Chunk(doc_id=d, chunk_index=0, text=t) for d, t in CORPUS.items()]
+    old.upsert(chunks, np.eye(3, 4, dtype=np.float32))
+    old.close()
+    monkeypatch.setenv("RAGRANK_QDRANT_PATH", str(tmp_path / "q"))
+    monkeypatch.setenv("RAGRANK_BM25_AVG_LEN", "4")
+    assert main(["store", "add-sparse", "--no-progress"]) == 0
+    assert "3 points" in capsys.readouterr().out
+    store = EdgeStore(tmp_path / "q", "ragrank")
+    store.ensure_collection(4)
+    hits = store.search(None, 10, sparse=QdrantBm25(PARAMS).query("obsidian"))
+    assert [h.chunk.doc_id for h in hits] == ["c"]
+    store.close()
+
+
+def test_sparse_settings_are_checked():
+    with pytest.raises(SettingsError, match="RAGRANK_BM25_B"):
+        sparse_encoder(Settings(bm25_b=1.5))
+    with pytest.raises(SettingsError, match="RAGRANK_BM25_LANGUAGE"):
+        sparse_encoder(Settings(bm25_language="klingon"))
+    with pytest.raises(SettingsError, match="RAGRANK_RETRIEVAL=dense"):
+        Settings(sparse="none")
+    assert sparse_encoder(Settings(sparse="none", retrieval="dense")) is None
+    assert sparse_encoder(Settings()).recipe != sparse_encoder(Settings(bm25_k=2.0)).recipe  # type: ignore[union-attr]
+
+
+_ENCODERS = {"bm25": QdrantBm25(Bm25Params()), "none": QdrantBm25(Bm25Params(), "none")}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(max_size=300), kind=st.sampled_from(sorted(_ENCODERS)))
+def test_the_vectors_of_any_text_are_valid_for_qdrant(tmp_path_factory, text: str, kind: str):
+    encoder = _ENCODERS[kind]
+    for vector in (*encoder.documents([text]), encoder.query(text)):
+        assert len(vector.indices) == len(vector.values)
+        assert all(a < b for a, b in zip(vector.indices, vector.indices[1:], strict=False))
+        assert all(0 <= i < 2**32 for i in vector.indices)
+        assert all(math.isfinite(v) and v > 0 for v in vector.values)
+    store = EdgeStore(tmp_path_factory.mktemp("q"), "c")
+    try:
+        store.ensure_collection(2)
+        chunk = Chunk(doc_id="x", chunk_index=0, text=text)
+        store.upsert([chunk], np.ones((1, 2), np.float32), sparse=encoder.documents([text]))
+        hits = store.search(np.ones(2, np.float32), 5, sparse=encoder.query(text))
+        assert [h.chunk.doc_id for h in hits] == ["x"]
+    finally:
+        store.close()
