@@ -15,7 +15,7 @@ from pathlib import Path
 from ragrank import __version__
 from ragrank.errors import RagrankError
 from ragrank.logs import configure_logging
-from ragrank.settings import PRESETS, Settings
+from ragrank.settings import PRESETS, Settings, env_name
 
 DEMO_COLLECTION = "ragrank-demo"
 
@@ -125,56 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_store(commands)
 
-    evaluate = commands.add_parser(
-        "eval",
-        help="NDCG@10 of cosine-only vs reranked (and Qdrant ANN) retrieval on BEIR datasets",
-        description="Evaluate on BEIR-format collections (corpus.jsonl(.gz), queries.jsonl, "
-        "qrels/<split>.tsv): exact cosine top-100 with faiss, the cross-encoder over its top "
-        "--candidates, and Qdrant's own search. Prints NDCG@10 per dataset with paired "
-        "significance tests, bootstrap CIs and per-query wins/ties/losses; writes report.json, "
-        "report.md and plots to --output.",
-    )
-    evaluate.add_argument(
-        "--dataset",
-        dest="datasets",
-        action="append",
-        required=True,
-        type=Path,
-        metavar="DIR",
-        help="a BEIR-format folder; repeat for several (one row each, plus a macro average)",
-    )
-    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to use (test)")
-    evaluate.add_argument(
-        "--systems",
-        default="cosine,reranked,ann",
-        help="comma-separated runs: cosine (always run: the baseline), reranked, ann "
-        "(default: all)",
-    )
-    evaluate.add_argument(
-        "--candidates", type=int, default=100, help="cosine top documents reranked (100)"
-    )
-    evaluate.add_argument(
-        "--limit-queries", type=int, help="evaluate the first N judged queries of each dataset"
-    )
-    evaluate.add_argument(
-        "--output", type=Path, help="report folder (default: eval-results/<UTC time>/)"
-    )
-    evaluate.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path("ragrank-data/eval-cache"),
-        help="corpus embedding cache (ragrank-data/eval-cache)",
-    )
-    evaluate.add_argument(
-        "--baseline-embed-model",
-        metavar="MODEL",
-        help="also run this embedder's cosine top-100 (cosine-baseline) and compare the "
-        "configured embedder against it, e.g. the model it was fine-tuned from",
-    )
-    evaluate.add_argument("--no-cache", action="store_true", help="always embed the corpus")
-    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    _add_common(evaluate)
-    evaluate.set_defaults(run=_eval)
+    _add_eval(commands)
 
     finetune = commands.add_parser(
         "finetune",
@@ -294,17 +245,88 @@ def _add_finetune(
     parser.set_defaults(run=_finetune, role=role)
 
 
+def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    evaluate = commands.add_parser(
+        "eval",
+        help="NDCG@10 of cosine, BM25, hybrid and reranked retrieval on BEIR datasets",
+        description="Evaluate on BEIR-format collections (corpus.jsonl(.gz), queries.jsonl, "
+        "qrels/<split>.tsv): exact cosine top-100 with faiss, Qdrant's own dense (ANN), BM25 "
+        "and hybrid search, and the cross-encoder over a first stage's top --candidates. "
+        "Prints NDCG@10 per dataset with paired significance tests against cosine, bootstrap "
+        "CIs, per-query wins/ties/losses and each system's oracle@K (the best any reranker "
+        "could do with its top K); writes report.json, report.md and plots to --output.",
+    )
+    evaluate.add_argument(
+        "--dataset",
+        dest="datasets",
+        action="append",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="a BEIR-format folder; repeat for several (one row each, plus a macro average)",
+    )
+    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to use (test)")
+    evaluate.add_argument(
+        "--systems",
+        default="cosine,reranked,ann,bm25,hybrid",
+        help="comma-separated runs: cosine (always run: the baseline), reranked (cosine's "
+        "top reranked), ann, bm25, hybrid, hybrid-reranked (hybrid's top reranked); default: "
+        "all but hybrid-reranked",
+    )
+    evaluate.add_argument(
+        "--candidates", type=int, default=100, help="first-stage documents reranked (100)"
+    )
+    evaluate.add_argument(
+        "--fusion",
+        choices=("rrf", "dbsf"),
+        help="how hybrid fuses dense and BM25 (default: RAGRANK_FUSION)",
+    )
+    evaluate.add_argument("--rrf-k", type=int, help="RRF's k (default: RAGRANK_RRF_K)")
+    evaluate.add_argument(
+        "--oracle-k",
+        type=int,
+        help="depth K of oracle@K, the best reordering of each system's top K "
+        "(default: --candidates)",
+    )
+    evaluate.add_argument(
+        "--limit-queries", type=int, help="evaluate the first N judged queries of each dataset"
+    )
+    evaluate.add_argument(
+        "--output", type=Path, help="report folder (default: eval-results/<UTC time>/)"
+    )
+    evaluate.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path("ragrank-data/eval-cache"),
+        help="corpus embedding cache (ragrank-data/eval-cache)",
+    )
+    evaluate.add_argument(
+        "--baseline-embed-model",
+        metavar="MODEL",
+        help="also run this embedder's cosine top-100 (cosine-baseline) and compare the "
+        "configured embedder against it, e.g. the model it was fine-tuned from",
+    )
+    evaluate.add_argument("--no-cache", action="store_true", help="always embed the corpus")
+    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_common(evaluate)
+    evaluate.set_defaults(run=_eval)
+
+
 def _add_store(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     store = commands.add_parser(
         "store",
-        help="the embedded store: migrate an earlier folder, build its index, show its state",
+        help="the store: migrate an earlier folder, add BM25 vectors, build the index, show "
+        "its state",
         description="migrate: copy every collection that ragrank's earlier embedded engine "
         "(qdrant-client's local mode) wrote in RAGRANK_QDRANT_PATH into Qdrant Edge, keeping "
         "ids, vectors and payloads (nothing is re-embedded); rerun it to finish an interrupted "
-        "migration. optimize: build the HNSW index of points written since the last build. "
-        "info: the collection's points, and how many are not yet in the index.",
+        "migration. add-sparse: give every point of the collection (embedded or on a Qdrant "
+        "server) its BM25 sparse vector, computed from its stored text with the current "
+        "RAGRANK_SPARSE and RAGRANK_BM25_* settings (nothing is re-embedded; rerun it to finish "
+        "an interrupted run). optimize: build the HNSW index of points written since the last "
+        "build. info: the collection's points, and how many are not yet in the index.",
     )
-    store.add_argument("action", choices=("migrate", "optimize", "info"))
+    store.add_argument("action", choices=("migrate", "add-sparse", "optimize", "info"))
     _add_common(store)
     store.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     store.set_defaults(run=_store)
@@ -424,10 +446,13 @@ def _store(args: argparse.Namespace) -> int:
     from ragrank.store.legacy import migrate
 
     settings = settings_from_args(args)
+    if args.action == "add-sparse":
+        return _add_sparse(settings, [settings.collection], progress=not args.no_progress)
     if not settings.uses_embedded_qdrant:
         raise RagrankError(
-            "ragrank store works on the embedded folder (RAGRANK_QDRANT_PATH); a Qdrant server "
-            "(RAGRANK_QDRANT_URL) migrates and optimizes its collections itself"
+            "ragrank store migrate, optimize and info work on the embedded folder "
+            "(RAGRANK_QDRANT_PATH); a Qdrant server (RAGRANK_QDRANT_URL) migrates and optimizes "
+            "its collections itself"
         )
     if args.action == "migrate":
         moved = migrate(
@@ -439,6 +464,10 @@ def _store(args: argparse.Namespace) -> int:
         )
         for item in moved:
             print(f"{item.collection}: {item.points} points ({item.dimension}-d) copied")
+        if settings.sparse != "none":
+            _add_sparse(
+                settings, [item.collection for item in moved], progress=not args.no_progress
+            )
         print(
             f"The earlier engine's files in {settings.qdrant_path} (meta.json, collection/) "
             f"are no longer read and may be deleted."
@@ -454,6 +483,35 @@ def _store(args: argparse.Namespace) -> int:
         )
     finally:
         store.close()
+    return 0
+
+
+def _add_sparse(settings: Settings, collections: Sequence[str], *, progress: bool) -> int:
+    """Give every point of each collection its BM25 vector, from its stored text."""
+    from tqdm import tqdm
+
+    from ragrank.sparse import sparse_encoder
+    from ragrank.store import open_store
+
+    encoder = sparse_encoder(settings)
+    if encoder is None:
+        raise RagrankError(
+            f"{env_name('sparse')}=none: choose the BM25 tokeniser to add (bm25 or subword)"
+        )
+    for collection in collections:
+        store = open_store(settings.replace(collection=collection))
+        try:
+            with tqdm(
+                total=store.count(),
+                desc=f"BM25 vectors of {collection}",
+                unit="point",
+                disable=not progress,
+            ) as bar:
+                done = store.add_sparse(encoder, progress=bar.update)
+            store.optimize()
+        finally:
+            store.close()
+        print(f"{collection}: BM25 sparse vectors on {done} points ({settings.sparse})")
     return 0
 
 
@@ -502,6 +560,9 @@ def _eval(args: argparse.Namespace) -> int:
         cache_dir=None if args.no_cache else args.cache_dir,
         rerank_batch_size=size,
         rerank_batch_tokens=tokens,
+        fusion=args.fusion or settings.fusion,
+        rrf_k=args.rrf_k or settings.rrf_k,
+        oracle_k=args.oracle_k,
         progress=not args.no_progress,
     )
     return run_eval(

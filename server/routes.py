@@ -70,7 +70,7 @@ async def _unless_disconnected(
 async def search(
     data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> SearchResponse:
-    """Retrieve the `candidates` nearest chunks by cosine, rerank them, and return `top_k`."""
+    """Retrieve `candidates` chunks (dense, BM25 or hybrid), rerank them, return `top_k`."""
     outcome = await _unless_disconnected(
         request,
         search_service.search(
@@ -79,6 +79,9 @@ async def search(
             candidates=max(data.candidates, data.top_k),
             rerank=data.rerank,
             where=data.filter,
+            retrieval=data.retrieval,
+            fusion=data.fusion,
+            rrf_k=data.rrf_k,
         ),
     )
     return SearchResponse(
@@ -96,6 +99,7 @@ async def search(
             for rank, hit in enumerate(outcome.hits, start=1)
         ],
         reranked=outcome.reranked,
+        retrieval=outcome.retrieval,
         timings_ms=Timings(**outcome.timings_ms),
         rerank_error=outcome.rerank_error,
     )

@@ -12,6 +12,9 @@ from msgspec import Meta, Struct
 
 from ragrank.settings import LIMIT_CEILINGS
 
+#: The most RRF's `k` may be set to: far past the point where it changes any order.
+MAX_RRF_K = 100_000
+
 MAX_QUERY_CHARS = LIMIT_CEILINGS["max_query_chars"]
 MAX_TITLE_CHARS = 2_000
 #: A query must hold some non-whitespace text (a JSON Schema pattern is a search, not a match).
@@ -33,7 +36,8 @@ FilterValue = str | int | float | bool
 
 
 class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Embed `query`, retrieve `candidates` chunks by cosine, rerank them, return `top_k`."""
+    """Retrieve `candidates` chunks (dense, BM25, or both fused), rerank them, return
+    `top_k`."""
 
     query: Annotated[
         str,
@@ -50,17 +54,45 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         Meta(
             ge=1,
             le=MAX_CANDIDATES,
-            description="Chunks retrieved by cosine before reranking (raised to `top_k` if below).",
+            description="Chunks the first stage retrieves before reranking (raised to `top_k` "
+            "if below).",
         ),
     ] = 50
     rerank: Annotated[
         bool | Literal["auto"],
         Meta(
-            description="Rerank with the cross-encoder; false returns cosine order; `auto` "
-            "reranks when the reranker can and otherwise returns cosine order with "
-            "`rerank_error` saying why."
+            description="Rerank with the cross-encoder; false returns the first stage's "
+            "order; `auto` reranks when the reranker can and otherwise returns the first "
+            "stage's order with `rerank_error` saying why."
         ),
     ] = True
+    retrieval: Annotated[
+        Literal["dense", "sparse", "hybrid"] | None,
+        Meta(
+            description="The first stage: `dense` (cosine of the embeddings), `sparse` (BM25) "
+            "or `hybrid` (both, fused by `fusion`, the filter applied to each); absent: the "
+            "server's RAGRANK_RETRIEVAL."
+        ),
+    ] = None
+    fusion: Annotated[
+        Literal["rrf", "dbsf"] | None,
+        Meta(
+            description="How `hybrid` merges its two lists: `rrf` (reciprocal rank fusion) or "
+            "`dbsf` (distribution-based score fusion); absent: the server's RAGRANK_FUSION."
+        ),
+    ] = None
+    rrf_k: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_RRF_K,
+                description="RRF's k, in `1 / (k + rank)` with ranks from 0: higher flattens "
+                "the weight of the top ranks; absent: the server's RAGRANK_RRF_K.",
+            ),
+        ]
+        | None
+    ) = None
     filter: (
         Annotated[
             dict[FilterKey, FilterValue],
@@ -84,14 +116,23 @@ class SearchHit(Struct, frozen=True, kw_only=True):
         float,
         Meta(
             description="Reranker relevance in [0, 1] (sigmoid of its logit); "
-            "the cosine similarity when `rerank` is false."
+            "the first stage's score when `rerank` is false."
         ),
     ]
-    retrieval_score: Annotated[float, Meta(description="Cosine similarity to the query.")]
+    retrieval_score: Annotated[
+        float,
+        Meta(
+            description="The first stage's score: cosine similarity (`dense`), BM25 "
+            "(`sparse`), or the fused score (`hybrid`)."
+        ),
+    ]
 
 
 class Timings(Struct, frozen=True, kw_only=True):
+    """Milliseconds of each stage; a stage the search skipped reads 0."""
+
     embed: float
+    sparse: Annotated[float, Meta(description="Computing the query's BM25 vector.")]
     retrieve: float
     rerank: float
     total: float
@@ -100,10 +141,11 @@ class Timings(Struct, frozen=True, kw_only=True):
 class SearchResponse(Struct, frozen=True, kw_only=True):
     results: list[SearchHit]
     reranked: bool
+    retrieval: Annotated[str, Meta(description="The first stage this search ran.")]
     timings_ms: Timings
     rerank_error: Annotated[
         str | None,
-        Meta(description="With `rerank: auto`, why the results are in cosine order."),
+        Meta(description="With `rerank: auto`, why the results are in the first stage's order."),
     ] = None
 
 

@@ -1,5 +1,6 @@
-"""The search pipeline: embed the query, retrieve by cosine, rerank. Model and store work runs in
-dedicated threads so the event loop never blocks on torch or Qdrant."""
+"""The search pipeline: embed the query (dense and BM25), retrieve (dense, sparse or hybrid),
+rerank. Model and store work runs in dedicated threads so the event loop never blocks on torch
+or Qdrant."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ragrank.device import batch_limits, resolve_placement
 from ragrank.documents import Candidate, MetadataValue
 from ragrank.errors import (
     EngineUnavailableError,
+    InvalidRequestError,
     ItemTooLargeError,
     ModelError,
     QueueFullError,
@@ -31,8 +33,9 @@ from ragrank.models import (
     SentenceTransformerEmbedder,
     relevance,
 )
-from ragrank.settings import Settings
-from ragrank.store import Store, open_store
+from ragrank.settings import Settings, env_name
+from ragrank.sparse import SparseEncoder, SparseVector, sparse_encoder
+from ragrank.store import Fusion, Store, open_store
 from ragrank.tokens import ModelInput
 from server.batching import BatchEngine, BatchPolicy, EngineLimits
 from server.metrics import RERANK_FALLBACKS
@@ -64,12 +67,15 @@ class Services:
     embedder: Embedder
     scorer: Scorer
     store: Store
+    #: Makes BM25 vectors; None when the collection holds dense vectors only.
+    sparse: SparseEncoder | None = None
 
     @classmethod
     def load(cls, settings: Settings) -> Services:
         """Load both models and open the store; the collection is created if missing."""
         embedder = SentenceTransformerEmbedder.from_settings(settings)
         scorer = CrossEncoderScorer.from_settings(settings)
+        sparse = sparse_encoder(settings)
         store = open_store(settings)
         try:
             store.ensure_collection(embedder.dimension)
@@ -79,7 +85,7 @@ class Services:
         except Exception:
             store.close()
             raise
-        return cls(embedder=embedder, scorer=scorer, store=store)
+        return cls(embedder=embedder, scorer=scorer, store=store, sparse=sparse)
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,9 @@ class SearchOutcome:
     hits: list[ScoredHit]
     reranked: bool
     timings_ms: dict[str, float]
-    #: Why the hits are in cosine order though `rerank="auto"` asked for reranking.
+    #: The first stage that ran: dense, sparse or hybrid.
+    retrieval: str = "dense"
+    #: Why the hits are in first-stage order though `rerank="auto"` asked for reranking.
     rerank_error: str | None = None
 
 
@@ -117,6 +125,8 @@ class SearchService:
 
     def __init__(self, services: Services, settings: Settings) -> None:
         self.services = services
+        self._retrieval = settings.retrieval
+        self._fusion = Fusion(settings.fusion, settings.rrf_k)
         embedder, scorer = services.embedder, services.scorer
         placement = resolve_placement(settings.device, settings.dtype)
 
@@ -184,18 +194,30 @@ class SearchService:
         candidates: int,
         rerank: bool | Literal["auto"],
         where: Mapping[str, MetadataValue] | None = None,
+        retrieval: str | None = None,
+        fusion: str | None = None,
+        rrf_k: int | None = None,
     ) -> SearchOutcome:
-        """`rerank="auto"` reranks when the reranker can, and otherwise returns cosine order and
-        says why (`rerank_error`) instead of failing the request."""
+        """`retrieval`, `fusion` and `rrf_k` default to the settings. `rerank="auto"` reranks
+        when the reranker can, and otherwise returns first-stage order and says why
+        (`rerank_error`) instead of failing the request."""
         store = self.services.store
+        retrieval = retrieval or self._retrieval
+        fusing = Fusion(fusion or self._fusion.method, rrf_k or self._fusion.k)
         started = time.perf_counter()
-        embedder = self.services.embedder
-        inputs = await self.embed_engine.prepare(
-            embedder.encode_texts, [embedder.query_prefix + query]
-        )
-        vector = (await self.embed_engine.submit(inputs))[0]
+        vector = None
+        if retrieval != "sparse":
+            embedder = self.services.embedder
+            inputs = await self.embed_engine.prepare(
+                embedder.encode_texts, [embedder.query_prefix + query]
+            )
+            vector = (await self.embed_engine.submit(inputs))[0]
         embedded = time.perf_counter()
-        retrieved = await self._in_store_thread(lambda: store.search(vector, candidates, where))
+        lexical = None if retrieval == "dense" else await self._sparse_query(query, retrieval)
+        encoded = time.perf_counter()
+        retrieved = await self._in_store_thread(
+            lambda: store.search(vector, candidates, where, sparse=lexical, fusion=fusing)
+        )
         fetched = time.perf_counter()
         hits = [ScoredHit(c, c.retrieval_score) for c in retrieved]
         rerank_error = None
@@ -217,13 +239,28 @@ class SearchService:
         return SearchOutcome(
             hits=hits[:top_k],
             reranked=bool(rerank) and rerank_error is None,
+            retrieval=retrieval,
             rerank_error=rerank_error,
             timings_ms={
                 "embed": (embedded - started) * 1000,
-                "retrieve": (fetched - embedded) * 1000,
+                "sparse": (encoded - embedded) * 1000,
+                "retrieve": (fetched - encoded) * 1000,
                 "rerank": (finished - fetched) * 1000,
                 "total": (finished - started) * 1000,
             },
+        )
+
+    async def _sparse_query(self, query: str, retrieval: str) -> SparseVector:
+        """The query's BM25 vector, on a host thread (it tokenises)."""
+        encoder = self.services.sparse
+        if encoder is None:
+            raise InvalidRequestError(
+                f"retrieval={retrieval} needs BM25 sparse vectors, but this server keeps dense "
+                f"vectors only ({env_name('sparse')}=none); use retrieval=dense",
+                field="retrieval",
+            )
+        return await asyncio.get_running_loop().run_in_executor(
+            self.host_pool, encoder.query, query
         )
 
     async def rerank(

@@ -17,6 +17,7 @@ from eval.random_models import load_tokenizer, save_random_model
 from ragrank import SAMPLE_DATASET
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
+from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 from server import Services, create_app
 from tests.fakes import FakeEmbedder, FakeScorer
@@ -139,7 +140,9 @@ def fake_services(tmp_path: Path) -> Iterator[Services]:
     """Fake models over an empty embedded collection: for tests of the HTTP layer."""
     store = open_store(Settings(qdrant_path=tmp_path / "q", collection="t"))
     store.ensure_collection(FakeEmbedder.dimension)
-    yield Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
+    yield Services(
+        embedder=FakeEmbedder(), scorer=FakeScorer(), store=store, sparse=sparse_encoder(Settings())
+    )
     store.close()
 
 
@@ -150,7 +153,10 @@ def indexed_services(fake_services: Services) -> Services:
 
     embedder = fake_services.embedder
     indexer = Indexer(
-        embedder, fake_services.store, chunker=Chunker(embedder.token_spans, max_tokens=100)
+        embedder,
+        fake_services.store,
+        chunker=Chunker(embedder.token_spans, max_tokens=100),
+        sparse=fake_services.sparse,
     )
     indexer.index(load_beir(SAMPLE_DATASET).corpus.values(), progress=False)
     return fake_services

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,9 @@ class PoisonedEmbedder(FakeEmbedder):
 
 def _worker(services: Services, jobs: JobStore, **options: object) -> Worker:
     embedder = services.embedder
-    indexer = Indexer(embedder, services.store, chunker=Chunker(embedder.token_spans, 50))
+    indexer = Indexer(
+        embedder, services.store, chunker=Chunker(embedder.token_spans, 50), sparse=services.sparse
+    )
     return Worker(indexer, jobs, **options)  # type: ignore[arg-type]
 
 
@@ -92,7 +95,10 @@ async def test_api_replicas_share_only_qdrant_and_the_job_queue(
         create_app(
             settings,
             services=Services(
-                embedder=FakeEmbedder(), scorer=FakeScorer(), store=fake_services.store
+                embedder=FakeEmbedder(),
+                scorer=FakeScorer(),
+                store=fake_services.store,
+                sparse=fake_services.sparse,
             ),
             run_worker=False,
         )
@@ -188,7 +194,7 @@ def test_a_refusal_by_qdrant_is_not_retried_but_fails_the_document(
 
 def test_one_bad_document_fails_alone_with_its_error(fake_services: Services, tmp_path: Path):
     jobs = JobStore(tmp_path / "jobs.sqlite3")
-    services = Services(PoisonedEmbedder(), fake_services.scorer, fake_services.store)
+    services = replace(fake_services, embedder=PoisonedEmbedder())
     batch = [
         Document(doc_id="good1", text="fine words"),
         Document(doc_id="bad", text="this is POISON"),

@@ -20,6 +20,7 @@ from eval.beir import load_beir
 from ragrank import SAMPLE_DATASET
 from ragrank.errors import ModelFailedError, SettingsError
 from ragrank.settings import Settings
+from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 from server import Services, create_app
 from tests.fakes import FakeEmbedder, FakeScorer
@@ -89,6 +90,10 @@ async def test_no_scorer_call_without_rerank(client, indexed_services):
         ({"query": "x", "filter": {"k": [1]}}, "filter", "Expected"),
         ({"query": "x", "filter": {f"k{i}": 1 for i in range(17)}}, "filter", "length <= 16"),
         ({"query": "x", "topk": 5}, "topk", "unknown field"),
+        ({"query": "x", "retrieval": "fuzzy"}, "retrieval", "Invalid enum value"),
+        ({"query": "x", "fusion": "max"}, "fusion", "Invalid enum value"),
+        ({"query": "x", "rrf_k": 0}, "rrf_k", ">= 1"),
+        ({"query": "x", "rrf_k": 100_001}, "rrf_k", "<= 100000"),
         ({"top_k": 5}, "query", "missing required field"),
     ],
 )
@@ -99,6 +104,47 @@ async def test_bad_requests_get_a_400_naming_the_field_and_the_limit(client, bod
     assert error["code"] in {"invalid_request"}
     assert error["field"] is not None and error["field"].startswith(field.split(".")[0])
     assert fragment.lower() in error["message"].lower()
+
+
+@pytest.mark.parametrize("retrieval", ["dense", "sparse", "hybrid"])
+async def test_each_retrieval_keeps_the_filter_and_times_its_stages(client, retrieval):
+    body = {"query": "the longest river", "rerank": False, "top_k": 20, "candidates": 20}
+    answer = (
+        await client.post(
+            "/v1/search", json={**body, "retrieval": retrieval, "filter": {"lang": "en"}}
+        )
+    ).json()
+    assert answer["retrieval"] == retrieval and answer["results"]
+    assert all(hit["metadata"]["lang"] == "en" for hit in answer["results"])
+    assert set(answer["timings_ms"]) == {"embed", "sparse", "retrieve", "rerank", "total"}
+    if retrieval == "sparse":
+        # BM25 finds only chunks sharing a term with the query (English stemming: rivers).
+        assert all("river" in hit["text"].lower() for hit in answer["results"])
+        assert answer["timings_ms"]["embed"] < answer["timings_ms"]["total"]
+    scores = [hit["retrieval_score"] for hit in answer["results"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+async def test_hybrid_is_the_default_and_fuses_as_asked(client):
+    body = {"query": "the longest river", "rerank": False, "top_k": 10, "candidates": 10}
+    default = (await client.post("/v1/search", json=body)).json()
+    assert default["retrieval"] == "hybrid"
+    rrf = (await client.post("/v1/search", json={**body, "rrf_k": 1})).json()
+    # RRF scores are sums of 1 / (k + rank), ranks from 0: with k = 1 the top one is
+    # between 1 (first in one list) and 2 (first in both).
+    assert 1.0 <= rrf["results"][0]["retrieval_score"] <= 2.0
+    assert default["results"][0]["retrieval_score"] <= 2 / 60 + 1e-6
+    dbsf = (await client.post("/v1/search", json={**body, "fusion": "dbsf"})).json()
+    assert dbsf["retrieval"] == "hybrid" and len(dbsf["results"]) == 10
+
+
+async def test_sparse_retrieval_without_bm25_vectors_is_a_400_naming_the_field(indexed_services):
+    services = replace(indexed_services, sparse=None)
+    async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
+        response = await client.post("/v1/search", json={"query": "x", "retrieval": "hybrid"})
+        assert response.status_code == 400
+        assert response.json()["error"]["field"] == "retrieval"
+        assert "RAGRANK_SPARSE=none" in response.json()["error"]["message"]
 
 
 async def test_candidates_below_top_k_are_raised_to_top_k(client, indexed_services):
@@ -204,7 +250,9 @@ async def test_unknown_routes_get_a_json_404(client):
 
 async def test_an_unreachable_store_means_503_and_not_ready():
     store = open_store(Settings(qdrant_url="http://127.0.0.1:9", collection="t"))
-    services = Services(embedder=FakeEmbedder(), scorer=FakeScorer(), store=store)
+    services = Services(
+        embedder=FakeEmbedder(), scorer=FakeScorer(), store=store, sparse=sparse_encoder(Settings())
+    )
     try:
         async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
             ready = await client.get("/ready")
@@ -223,7 +271,7 @@ class DyingScorer(FakeScorer):
 
 
 def _with_scorer(services: Services, scorer: FakeScorer) -> Services:
-    return Services(embedder=services.embedder, scorer=scorer, store=services.store)
+    return replace(services, scorer=scorer)
 
 
 @asynccontextmanager
@@ -370,7 +418,8 @@ async def test_search_recovers_by_itself_when_qdrant_returns(fake_services):
     store = ServerStore(QdrantClient(":memory:"), "t")  # a Qdrant server's stand-in
     services = replace(fake_services, store=store)
     embedder = services.embedder
-    Indexer(embedder, store, chunker=Chunker(embedder.token_spans, max_tokens=100)).index(
+    chunker = Chunker(embedder.token_spans, max_tokens=100)
+    Indexer(embedder, store, chunker=chunker, sparse=services.sparse).index(
         load_beir(SAMPLE_DATASET).corpus.values(), progress=False
     )
     outage = Outage(store._client)
