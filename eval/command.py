@@ -14,12 +14,13 @@ from typing import Any
 
 from eval.embedding_cache import model_fingerprint
 from eval.report import build_report, print_table, write_report
-from eval.suite import TOP_K, EvalOptions, StoreFactory, evaluate_datasets
+from eval.suite import RERANKED, TOP_K, EvalOptions, StoreFactory, evaluate_datasets
 from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
-from ragrank.store import EdgeStore, IndexTuning, Store, open_store
+from ragrank.sparse import sparse_encoder
+from ragrank.store import EdgeStore, IndexTuning, Store, open_store, sparse_stamp
 
 
 def default_output(now: datetime | None = None) -> Path:
@@ -40,7 +41,9 @@ def run_eval(
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    scorer = CrossEncoderScorer.from_settings(settings) if "reranked" in options.systems else None
+    reranks = any(name in options.systems for name in RERANKED)
+    scorer = CrossEncoderScorer.from_settings(settings) if reranks else None
+    sparse = sparse_encoder(settings)
     baseline = (
         SentenceTransformerEmbedder.from_settings(
             replace(
@@ -56,12 +59,14 @@ def run_eval(
             embedder,
             scorer,
             options,
-            store_factory(settings),
+            store_factory(settings, sparse_stamp(sparse)),
             baseline_embedder=baseline,
+            sparse=sparse,
         )
     )
     print_table(results)
     config = _config(settings, datasets, options, scorer is not None)
+    config["sparse"] = {"encoder": settings.sparse, "recipe": sparse.recipe if sparse else None}
     if baseline is not None:
         config |= {
             "baseline_embed_model": baseline.model_id,
@@ -75,11 +80,11 @@ def run_eval(
     return 0
 
 
-def store_factory(settings: Settings) -> StoreFactory:
-    """ANN search in a throw-away Qdrant Edge shard whose every segment gets an HNSW graph
+def store_factory(settings: Settings, sparse: str = "") -> StoreFactory:
+    """Qdrant search in a throw-away Qdrant Edge shard whose every segment gets an HNSW graph
     (however small the dataset, so that the graph's recall is what is measured), or in a
-    collection of the Qdrant server named after the dataset and the embeddings (reused by
-    later runs)."""
+    collection of the Qdrant server named after the dataset, the embeddings and `sparse`, the
+    stamp of the BM25 encoder (reused by later runs)."""
 
     @contextmanager
     def open_ann_store(dataset: str, key: str) -> Iterator[Store]:
@@ -91,9 +96,11 @@ def store_factory(settings: Settings) -> StoreFactory:
                     indexing_threshold_kb=1,
                     full_scan_threshold_kb=1,
                 )
-                store: Store = EdgeStore(Path(folder), f"eval-{name}", tuning=tuning)
+                store: Store = EdgeStore(
+                    Path(folder), f"eval-{name}", tuning=tuning, sparse=settings.sparse != "none"
+                )
             else:
-                collection = f"{settings.collection}-eval-{name}-{key[:12]}"
+                collection = f"{settings.collection}-eval-{name}-{key[:12]}{sparse[:8]}"
                 store = open_store(replace(settings, collection=collection))
             try:
                 yield store

@@ -87,6 +87,29 @@ def score_run(qrels: Qrels, run: Run, name: str) -> SystemScores:
     )
 
 
+def oracle_ndcg(qrels: Qrels, run: Run, k: int) -> float:
+    """Mean NDCG@10 of the best reordering of each query's top `k` documents in `run`, the
+    rest kept below in the run's order: the most a reranker of those `k` candidates could
+    reach (as `reranked` keeps the first stage's order past its candidates)."""
+    ideal = {}
+    complete = _complete(qrels, run)
+    for qid in qrels:
+        ranking = list(complete[qid])
+        grades = qrels[qid]
+        # The top k by grade, ties in the run's order; then the rest, in the run's order.
+        ideal[qid] = {
+            doc_id: (
+                float(len(ranking) + grades.get(doc_id, 0) * (k + 1) + (k - position))
+                if position < k
+                else float(len(ranking) - position)
+            )
+            for position, doc_id in enumerate(ranking)
+        }
+    ranx = _ranx()
+    with _quiet_compilation():
+        return float(ranx.evaluate(_qrels(qrels), ranx.Run(_complete(qrels, ideal)), HEADLINE))
+
+
 def compare(
     qrels: Qrels, runs: Mapping[str, Run], scores: Mapping[str, SystemScores], baseline: str
 ) -> list[Comparison]:

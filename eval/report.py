@@ -103,6 +103,8 @@ def _dataset(result: DatasetResult) -> dict[str, Any]:
             for name, scores in result.scores.items()
         },
         "comparisons": [_comparison(c) for c in result.comparisons],
+        "oracle_k": result.oracle_k,
+        "oracle": result.oracle,
         "ann_recall_vs_exact": result.ann_recall,
         "timings": result.timings,
         "per_query": {
@@ -151,44 +153,76 @@ def macro_average(results: Sequence[DatasetResult]) -> dict[str, Any]:
         name: {HEADLINE: float(np.mean(values)), "datasets_improved": sum(v > 0 for v in values)}
         for name, values in deltas.items()
     }
+    macro["oracle"] = {
+        name: float(np.mean([r.oracle[name] for r in results if name in r.oracle]))
+        for name in sorted({name for r in results for name in r.oracle})
+    }
     return macro
 
 
 def print_table(results: Sequence[DatasetResult], console: Console | None = None) -> None:
-    """NDCG@10 of each system per dataset, and reranked against cosine."""
+    """NDCG@10 of each system per dataset with its oracle@K, then each system against
+    cosine."""
     # Piped output would otherwise be cut to 80 columns.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     systems = list(dict.fromkeys(name for result in results for name in result.scores))
-    reranks = "reranked" in systems
-    table = Table(title=f"{HEADLINE.upper()}" + (": reranked vs cosine" if reranks else ""))
-    for name, justify in [("dataset", "left"), ("queries", "right")] + [
-        (name, "right") for name in systems
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    if reranks:
-        for name in ("Δ [95 % CI]", "p (fisher)", "W/T/L"):
-            table.add_column(name, justify="right")
+    depth = results[0].oracle_k if results else 0
+    table = Table(
+        title=f"{HEADLINE.upper()} (oracle@{depth}: the best reordering of the top {depth})"
+    )
+    table.add_column("dataset")
+    table.add_column("queries", justify="right")
+    for name in systems:
+        table.add_column(name, justify="right")
     for result in results:
         row = [result.name, str(len(result.queries))]
-        row += [_cell(result.scores, name) for name in systems]
-        c = next((c for c in result.comparisons if c.challenger == "reranked"), None)
-        if c is not None:
-            low, high = c.delta_ci[HEADLINE]
-            row += [
-                f"{c.delta[HEADLINE]:+.4f} [{low:+.3f}, {high:+.3f}]",
-                format_p(c.p_values["fisher"][HEADLINE]),
-                f"{c.wins}/{c.ties}/{c.losses}",
-            ]
+        row += [_cell(result.scores, name, result.oracle) for name in systems]
         table.add_row(*row)
     if len(results) > 1:
         macro = macro_average(results)
         row = ["macro average", str(sum(len(r.queries) for r in results))]
-        row += [f"{macro[name][HEADLINE]:.4f}" for name in systems]
-        if reranks:
-            delta = macro["delta"]["reranked"]
-            row += [f"{delta[HEADLINE]:+.4f}", "", f"{delta['datasets_improved']} sets ↑"]
+        row += [
+            f"{macro[name][HEADLINE]:.4f}"
+            + (f" ({macro['oracle'][name]:.3f})" if name in macro["oracle"] else "")
+            for name in systems
+        ]
         table.add_row(*row, style="bold")
     console.print(table)
+    _print_against_cosine(results, console)
+    _print_notes(results, console)
+
+
+def _print_against_cosine(results: Sequence[DatasetResult], console: Console) -> None:
+    compared = [(r, c) for r in results for c in r.comparisons if c.baseline == "cosine"]
+    if compared:
+        against = Table(title=f"{HEADLINE.upper()} against cosine")
+        for name in ("dataset", "system", "Δ [95 % CI]", "p (fisher)", "W/T/L"):
+            against.add_column(name, justify="left" if name in ("dataset", "system") else "right")
+        for result, c in compared:
+            low, high = c.delta_ci[HEADLINE]
+            against.add_row(
+                result.name,
+                c.challenger,
+                f"{c.delta[HEADLINE]:+.4f} [{low:+.3f}, {high:+.3f}]",
+                format_p(c.p_values["fisher"][HEADLINE]),
+                f"{c.wins}/{c.ties}/{c.losses}",
+            )
+        if len(results) > 1:
+            for name, delta in macro_average(results)["delta"].items():
+                if name != "cosine":
+                    against.add_row(
+                        "macro average",
+                        name,
+                        f"{delta[HEADLINE]:+.4f}",
+                        "",
+                        f"{delta['datasets_improved']} sets ↑",
+                        style="bold",
+                    )
+        console.print(against)
+
+
+def _print_notes(results: Sequence[DatasetResult], console: Console) -> None:
+    """The embedder against its baseline, and ANN recall."""
     for result in results:
         for c in result.comparisons:
             if c.challenger != "cosine":
@@ -213,8 +247,13 @@ def format_p(p: float) -> str:
     return f"{p:.4f}" if p >= 1e-4 else "< 0.0001"
 
 
-def _cell(scores: Mapping[str, Any], name: str) -> str:
-    return f"{scores[name].means[HEADLINE]:.4f}" if name in scores else "–"
+def _cell(scores: Mapping[str, Any], name: str, oracle: Mapping[str, float] | None = None) -> str:
+    if name not in scores:
+        return "–"
+    cell = f"{scores[name].means[HEADLINE]:.4f}"
+    if oracle and name in oracle:
+        cell += f" ({oracle[name]:.3f})"
+    return cell
 
 
 def write_report(
@@ -246,45 +285,72 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
         "",
         f"## {HEADLINE.upper()}",
         "",
-        "| dataset | queries | " + " | ".join(systems) + " | Δ reranked [95 % CI] | p (fisher) "
-        "| p (student) | wins / ties / losses |",
-        "| --- | ---: | " + " | ".join("---:" for _ in systems) + " | ---: | ---: | ---: | ---: |",
+        f"In brackets, oracle@{datasets[0]['oracle_k'] if datasets else 0}: the {HEADLINE} of "
+        "the best reordering of each system's top candidates, the most any reranker of them "
+        "could reach.",
+        "",
+        "| dataset | queries | " + " | ".join(systems) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in systems) + " |",
     ]
     for d in datasets:
         cells = [
-            f"{d['systems'][s]['metrics'][HEADLINE]:.4f}" if s in d["systems"] else "–"
+            (
+                f"{d['systems'][s]['metrics'][HEADLINE]:.4f}"
+                + (f" ({d['oracle'][s]:.3f})" if s in d.get("oracle", {}) else "")
+            )
+            if s in d["systems"]
+            else "–"
             for s in systems
         ]
-        c = next((c for c in d["comparisons"] if c["challenger"] == "reranked"), None)
-        extra = (
-            [
-                f"{c['delta'][HEADLINE]:+.4f} [{c['delta_ci'][HEADLINE][0]:+.4f}, "
-                f"{c['delta_ci'][HEADLINE][1]:+.4f}]",
-                format_p(c["p_values"]["fisher"][HEADLINE]),
-                format_p(c["p_values"]["student"][HEADLINE]),
-                f"{c['wins']} / {c['ties']} / {c['losses']}",
-            ]
-            if c
-            else ["–"] * 4
-        )
-        lines.append(
-            f"| {d['name']} | {d['evaluated_queries']} | " + " | ".join(cells + extra) + " |"
-        )
+        lines.append(f"| {d['name']} | {d['evaluated_queries']} | " + " | ".join(cells) + " |")
     if len(datasets) > 1:
         macro = report["macro"]
-        cells = [f"{macro[s][HEADLINE]:.4f}" for s in systems]
-        delta = macro["delta"].get("reranked")
-        extra = (
-            [
-                f"{delta[HEADLINE]:+.4f}",
-                "",
-                "",
-                f"{delta['datasets_improved']} of {len(datasets)} improved",
-            ]
-            if delta
-            else ["–"] * 4
-        )
-        lines.append("| **macro average** | | " + " | ".join(cells + extra) + " |")
+        cells = [
+            f"{macro[s][HEADLINE]:.4f}"
+            + (f" ({macro['oracle'][s]:.3f})" if s in macro.get("oracle", {}) else "")
+            for s in systems
+        ]
+        lines.append("| **macro average** | | " + " | ".join(cells) + " |")
+    lines += _against_cosine(report)
+    return _markdown_rest(report, plots, lines)
+
+
+def _against_cosine(report: Mapping[str, Any]) -> list[str]:
+    """Each system against cosine, per dataset and on the macro average."""
+    datasets = report["datasets"]
+    lines: list[str] = []
+    against = [(d, c) for d in datasets for c in d["comparisons"] if c["baseline"] == "cosine"]
+    if against:
+        lines += [
+            "",
+            "## Against cosine",
+            "",
+            "| dataset | system | Δ [95 % CI] | p (fisher) | p (student) | wins / ties / losses |",
+            "| --- | --- | ---: | ---: | ---: | ---: |",
+        ]
+        for d, c in against:
+            low, high = c["delta_ci"][HEADLINE]
+            lines.append(
+                f"| {d['name']} | {c['challenger']} "
+                f"| {c['delta'][HEADLINE]:+.4f} [{low:+.4f}, {high:+.4f}] "
+                f"| {format_p(c['p_values']['fisher'][HEADLINE])} "
+                f"| {format_p(c['p_values']['student'][HEADLINE])} "
+                f"| {c['wins']} / {c['ties']} / {c['losses']} |"
+            )
+        if len(datasets) > 1:
+            for name, delta in report["macro"]["delta"].items():
+                if name != "cosine":
+                    lines.append(
+                        f"| **macro average** | {name} | {delta[HEADLINE]:+.4f} | | "
+                        f"| {delta['datasets_improved']} of {len(datasets)} improved |"
+                    )
+    return lines
+
+
+def _markdown_rest(report: Mapping[str, Any], plots: Sequence[str], lines: list[str]) -> str:
+    """The baseline embedder, all metrics, ANN recall, times, extremes, plots, config."""
+    config = report["config"]
+    datasets = report["datasets"]
     embedders = [(d, c) for d in datasets for c in d["comparisons"] if c["challenger"] == "cosine"]
     if embedders:
         lines += [
@@ -326,9 +392,10 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
             )
     lines += ["", "## Time", ""]
     lines += [
-        "| dataset | corpus encode s | embed ms/query | retrieval ms/query | rerank ms/query "
-        "| ann ms/query |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| dataset | corpus encode s | BM25 encode s | embed ms/query | retrieval ms/query "
+        "| rerank ms/query | ann ms/query | bm25 ms/query | hybrid ms/query "
+        "| hybrid-reranked ms/query |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for d in datasets:
         t = d["timings"]
@@ -336,33 +403,44 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
         cells = [
             f"{t[k]:.1f}" if k in t else "–"
             for k in (
+                "sparse_encode_s",
                 "embed_ms_per_query",
                 "retrieval_ms_per_query",
                 "rerank_ms_per_query",
                 "ann_ms_per_query",
+                "bm25_ms_per_query",
+                "hybrid_ms_per_query",
+                "hybrid_reranked_ms_per_query",
             )
         ]
         lines.append(f"| {d['name']} | {encode} | " + " | ".join(cells) + " |")
     for d in datasets:
-        if "reranked" not in d["systems"]:
-            continue
-        moves = sorted(
-            (q["reranked"][HEADLINE] - q["cosine"][HEADLINE], qid, q["query"])
-            for qid, q in d["per_query"].items()
-        )
-        lines += ["", f"## {d['name']}: largest wins and losses of reranking ({HEADLINE})", ""]
-        lines += ["| Δ | query id | query |", "| ---: | --- | --- |"]
-        picked = [m for m in moves[::-1][:EXTREMES] if m[0] > 0] + [
-            m for m in moves[:EXTREMES] if m[0] < 0
-        ]
-        lines += [f"| {delta:+.4f} | {qid} | {text[:120]} |" for delta, qid, text in picked]
+        for challenger in ("reranked", "hybrid", "hybrid-reranked"):
+            if challenger in d["systems"]:
+                lines += _extremes(d, challenger)
     lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
     lines += ["", "## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]
     return "\n".join(lines)
 
 
+def _extremes(d: Mapping[str, Any], challenger: str) -> list[str]:
+    """The largest per-query wins and losses of `challenger` against cosine."""
+    moves = sorted(
+        (q[challenger][HEADLINE] - q["cosine"][HEADLINE], qid, q["query"])
+        for qid, q in d["per_query"].items()
+    )
+    lines = ["", f"## {d['name']}: largest wins and losses of {challenger} ({HEADLINE})", ""]
+    lines += ["| Δ | query id | query |", "| ---: | --- | --- |"]
+    picked = [m for m in moves[::-1][:EXTREMES] if m[0] > 0] + [
+        m for m in moves[:EXTREMES] if m[0] < 0
+    ]
+    lines += [f"| {delta:+.4f} | {qid} | {text[:120]} |" for delta, qid, text in picked]
+    return lines
+
+
 def write_plots(results: Sequence[DatasetResult], output: Path) -> list[Path]:
-    """`ndcg10.png`: the headline per system and dataset with 95 % CIs; `deltas.png`: the
+    """`ndcg10.png`: the headline per system and dataset with 95 % CIs, and a dash at each
+    system's oracle@K; `deltas.png`: the
     distribution of per-query deltas of each challenger against cosine."""
     import matplotlib
 
@@ -373,17 +451,28 @@ def write_plots(results: Sequence[DatasetResult], output: Path) -> list[Path]:
     width = 0.8 / len(systems)
     figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(results) + 2), 4))
     for offset, name in enumerate(systems):
-        xs, means, errors = [], [], []
+        xs, means, errors, shown = [], [], [], []
         for x, result in enumerate(results):
             if name not in result.scores:
                 continue
+            shown.append(result)
             scores = result.scores[name]
             mean = scores.means[HEADLINE]
             low, high = scores.headline_ci
             xs.append(x + (offset - (len(systems) - 1) / 2) * width)
             means.append(mean)
             errors.append((mean - low, high - mean))
-        axes.bar(xs, means, width, yerr=np.array(errors).T, capsize=3, label=name)
+        bars = axes.bar(xs, means, width, yerr=np.array(errors).T, capsize=3, label=name)
+        ceilings = [(x, r.oracle[name]) for x, r in zip(xs, shown, strict=True) if name in r.oracle]
+        if ceilings:
+            axes.scatter(
+                [x for x, _ in ceilings],
+                [c for _, c in ceilings],
+                marker="_",
+                s=400,
+                color=bars.patches[0].get_facecolor(),
+                label=f"{name} oracle@{results[0].oracle_k}",
+            )
     axes.set_xticks(
         range(len(results)), [r.name for r in results], rotation=45 if len(results) > 4 else 0
     )

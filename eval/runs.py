@@ -1,5 +1,6 @@
-"""The three systems the suite compares, each producing a run (query id → doc id → score):
-exact cosine (faiss), the cross-encoder over cosine's top candidates, and ANN search in Qdrant.
+"""The systems the suite compares, each producing a run (query id → doc id → score): exact
+cosine (faiss), the cross-encoder over a first stage's top candidates, and Qdrant's own
+search: dense (ANN), BM25 sparse, and hybrid (both fused), as the server runs them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from eval.exact import ExactIndex
 from eval.metrics import Run
 from ragrank.documents import Chunk, Document
 from ragrank.models import Scorer, Vectors
-from ragrank.store import Store
+from ragrank.sparse import SparseVector
+from ragrank.store import Fusion, Store
 from ragrank.tokens import ModelInput
 
 
@@ -124,36 +126,54 @@ def token_batches(
         yield batch
 
 
-def index_for_ann(
-    store: Store, documents: Sequence[Document], vectors: Vectors, *, progress: bool = True
+def index_corpus(
+    store: Store,
+    documents: Sequence[Document],
+    vectors: Vectors,
+    sparse: Sequence[SparseVector] | None = None,
+    *,
+    progress: bool = True,
 ) -> None:
-    """Upsert one point per document (deterministic ids), unless the collection holds them."""
+    """Upsert one point per document (deterministic ids), with its BM25 vector when given,
+    unless the collection holds them already."""
     store.ensure_collection(vectors.shape[1])
     if store.count() == len(documents):
         return
     step = 256
-    with tqdm(
-        total=len(documents), desc="indexing for ANN", unit="doc", disable=not progress
-    ) as bar:
+    with tqdm(total=len(documents), desc="indexing", unit="doc", disable=not progress) as bar:
         for start in range(0, len(documents), step):
             batch = documents[start : start + step]
             chunks = [
                 Chunk(doc_id=d.doc_id, chunk_index=0, text=d.text, title=d.title, end=len(d.text))
                 for d in batch
             ]
-            store.upsert(chunks, vectors[start : start + step])
+            lexical = None if sparse is None else sparse[start : start + step]
+            store.upsert(chunks, vectors[start : start + step], sparse=lexical)
             bar.update(len(batch))
     store.optimize()
 
 
-def ann_run(
-    store: Store, query_ids: Sequence[str], query_vectors: Vectors, k: int
+def store_run(
+    store: Store,
+    query_ids: Sequence[str],
+    k: int,
+    *,
+    dense: Vectors | None = None,
+    sparse: Sequence[SparseVector] | None = None,
+    fusion: Fusion | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Each query's top-k from Qdrant's own search, through its HNSW graph."""
-    return {
-        qid: {hit.chunk.doc_id: hit.retrieval_score for hit in store.search(vector, k)}
-        for qid, vector in zip(query_ids, query_vectors, strict=True)
-    }
+    """Each query's top-k from Qdrant's own search: by the dense vectors (through the HNSW
+    graph), by the BM25 vectors, or, given both, the two fused in one Query API call."""
+    run = {}
+    for row, qid in enumerate(query_ids):
+        hits = store.search(
+            None if dense is None else dense[row],
+            k,
+            sparse=None if sparse is None else sparse[row],
+            fusion=fusion,
+        )
+        run[qid] = {hit.chunk.doc_id: hit.retrieval_score for hit in hits}
+    return run
 
 
 def overlap_recall(approximate: Run, exact: Run, k: int) -> float:

@@ -1,5 +1,6 @@
-"""`ragrank eval`: NDCG@10 and friends of cosine-only, reranked and ANN retrieval on
-BEIR-format collections, with paired significance tests and per-query wins and losses."""
+"""`ragrank eval`: NDCG@10 and friends of cosine-only, reranked, ANN, BM25 and hybrid
+retrieval on BEIR-format collections, with paired significance tests, per-query wins and
+losses, and each system's reranking headroom (oracle@K)."""
 
 from __future__ import annotations
 
@@ -16,21 +17,28 @@ from tqdm import tqdm
 from eval.beir import BeirDataset, load_beir
 from eval.embedding_cache import EmbeddingCache, cache_key
 from eval.exact import ExactIndex
-from eval.metrics import Comparison, SystemScores, compare, score_run
+from eval.metrics import Comparison, SystemScores, compare, oracle_ndcg, score_run
 from eval.runs import (
-    ann_run,
     exact_run,
-    index_for_ann,
+    index_corpus,
     overlap_recall,
     rerank_run,
+    store_run,
 )
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.models import Embedder, Scorer, Vectors
-from ragrank.store import Store
+from ragrank.settings import FUSIONS
+from ragrank.sparse import SparseEncoder
+from ragrank.store import Fusion, Store
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("cosine", "reranked", "ann")
+SYSTEMS = ("cosine", "reranked", "ann", "bm25", "hybrid", "hybrid-reranked")
+#: The systems computed through Qdrant, and those of them that need BM25 vectors.
+STORE_SYSTEMS = ("ann", "bm25", "hybrid", "hybrid-reranked")
+SPARSE_SYSTEMS = ("bm25", "hybrid", "hybrid-reranked")
+#: Each reranked system and the first stage it reorders.
+RERANKED = {"reranked": "cosine", "hybrid-reranked": "hybrid"}
 #: The first stage of `--baseline-embed-model`: the model the evaluated embedder is compared
 #: against (e.g. the one it was fine-tuned from).
 BASELINE_COSINE = "cosine-baseline"
@@ -54,6 +62,11 @@ class EvalOptions:
     rerank_batch_size: int = 16
     rerank_batch_tokens: int = 8_192
     encode_batch: int = 256
+    #: How `hybrid` fuses its dense and BM25 lists, as the server's `fusion` and `rrf_k`.
+    fusion: str = "rrf"
+    rrf_k: int = 60
+    #: The depth of oracle@K (the best reordering of each system's top K); None: candidates.
+    oracle_k: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -66,6 +79,16 @@ class EvalOptions:
             raise SettingsError(f"--candidates must be between 1 and {TOP_K}")
         if self.limit_queries is not None and self.limit_queries < 1:
             raise SettingsError("--limit-queries must be at least 1")
+        if self.fusion not in FUSIONS:
+            raise SettingsError(f"--fusion must be one of {', '.join(FUSIONS)}")
+        if self.rrf_k < 1:
+            raise SettingsError("--rrf-k must be at least 1")
+        if self.oracle_k is not None and not 1 <= self.oracle_k <= TOP_K:
+            raise SettingsError(f"--oracle-k must be between 1 and {TOP_K}")
+
+    @property
+    def oracle_depth(self) -> int:
+        return self.oracle_k or self.candidates
 
 
 @dataclass
@@ -83,6 +106,9 @@ class DatasetResult:
     comparisons: list[Comparison] = field(default_factory=list)
     #: Overlap of Qdrant's top-k with the exact top-k, by k.
     ann_recall: dict[str, float] = field(default_factory=dict)
+    #: Each system's oracle@K: NDCG@10 of the best reordering of its top K.
+    oracle: dict[str, float] = field(default_factory=dict)
+    oracle_k: int = 0
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -94,11 +120,13 @@ def evaluate_dataset(
     open_store: StoreFactory | None = None,
     *,
     baseline_embedder: Embedder | None = None,
+    sparse: SparseEncoder | None = None,
 ) -> DatasetResult:
     """Run the chosen systems on one BEIR collection. Cosine is always run: it is the first
     stage of the reranker, the baseline of every comparison and the reference of ANN recall.
-    With `baseline_embedder`, its exact cosine run (`cosine-baseline`) is the baseline that
-    cosine itself is compared against."""
+    `ann`, `bm25` and `hybrid` search a Qdrant collection of the corpus (`sparse` makes its
+    BM25 vectors), as the server does. With `baseline_embedder`, its exact cosine run
+    (`cosine-baseline`) is the baseline that cosine itself is compared against."""
     dataset = load_beir(path, split=options.split)
     queries = _evaluated_queries(dataset, options.limit_queries)
     qrels = {qid: dataset.qrels[qid] for qid in queries}
@@ -147,35 +175,51 @@ def evaluate_dataset(
             TOP_K,
         )
 
-    if "reranked" in options.systems:
+    if any(name in options.systems for name in STORE_SYSTEMS):
+        if open_store is None:
+            raise ValueError("the ann, bm25 and hybrid systems need a Qdrant store")
+        with open_store(dataset.name, key) as store:
+            runs |= _store_runs(
+                store,
+                dataset,
+                queries=queries,
+                vectors=vectors,
+                query_vectors=query_vectors,
+                sparse=sparse,
+                options=options,
+                timings=timings,
+            )
+        if "ann" in runs:
+            result.ann_recall = {
+                f"recall@{k}": overlap_recall(runs["ann"], runs["cosine"], k) for k in (10, TOP_K)
+            }
+
+    for name, first_stage in RERANKED.items():
+        if name not in options.systems:
+            continue
         if scorer is None:
-            raise ValueError("the reranked system needs a reranking model")
+            raise ValueError(f"the {name} system needs a reranking model")
         start = time.perf_counter()
-        runs["reranked"], pairs = rerank_run(
+        runs[name], pairs = rerank_run(
             scorer,
             queries,
-            runs["cosine"],
+            runs[first_stage],
             passages,
             candidates=options.candidates,
             batch_size=options.rerank_batch_size,
             batch_tokens=options.rerank_batch_tokens,
             progress=options.progress,
         )
-        timings["rerank_ms_per_query"] = _per_query_ms(start, len(queries))
-        timings["rerank_pairs_per_s"] = pairs / max(time.perf_counter() - start, 1e-9)
+        label = "rerank" if name == "reranked" else name.replace("-", "_")
+        timings[f"{label}_ms_per_query"] = _per_query_ms(start, len(queries))
+        timings[f"{label}_pairs_per_s"] = pairs / max(time.perf_counter() - start, 1e-9)
 
-    if "ann" in options.systems:
-        if open_store is None:
-            raise ValueError("the ann system needs a Qdrant store")
-        with open_store(dataset.name, key) as store:
-            index_for_ann(store, list(dataset.corpus.values()), vectors, progress=options.progress)
-            start = time.perf_counter()
-            runs["ann"] = ann_run(store, list(queries), query_vectors, TOP_K)
-            timings["ann_ms_per_query"] = _per_query_ms(start, len(queries))
-        result.ann_recall = {
-            f"recall@{k}": overlap_recall(runs["ann"], runs["cosine"], k) for k in (10, TOP_K)
-        }
-
+    result.oracle_k = options.oracle_depth
+    result.oracle = {
+        name: oracle_ndcg(qrels, run, options.oracle_depth)
+        for name, run in runs.items()
+        if name != BASELINE_COSINE
+    }
     result.scores = {name: score_run(qrels, run, name) for name, run in runs.items()}
     result.comparisons = compare(
         qrels,
@@ -191,6 +235,48 @@ def evaluate_dataset(
             baseline=BASELINE_COSINE,
         )
     return result
+
+
+def _store_runs(
+    store: Store,
+    dataset: BeirDataset,
+    *,
+    queries: Mapping[str, str],
+    vectors: Vectors,
+    query_vectors: Vectors,
+    sparse: SparseEncoder | None,
+    options: EvalOptions,
+    timings: dict[str, float],
+) -> dict[str, dict[str, dict[str, float]]]:
+    """The systems searched in Qdrant: the corpus is indexed once (with BM25 vectors when a
+    system needs them), then each system's queries run as the server's would."""
+    lexical = any(name in options.systems for name in SPARSE_SYSTEMS)
+    if lexical and sparse is None:
+        raise SettingsError("the bm25 and hybrid systems need BM25 vectors (RAGRANK_SPARSE)")
+    documents = list(dataset.corpus.values())
+    start = time.perf_counter()
+    corpus_sparse = sparse.documents([d.passage for d in documents]) if lexical and sparse else None
+    timings["sparse_encode_s"] = time.perf_counter() - start
+    index_corpus(store, documents, vectors, corpus_sparse, progress=options.progress)
+    query_ids = list(queries)
+    query_sparse = [sparse.query(text) for text in queries.values()] if lexical and sparse else []
+    fusion = Fusion(options.fusion, options.rrf_k)
+    searches = {
+        "ann": {"dense": query_vectors},
+        "bm25": {"sparse": query_sparse},
+        "hybrid": {"dense": query_vectors, "sparse": query_sparse, "fusion": fusion},
+    }
+    runs = {}
+    for name, arguments in searches.items():
+        wanted = name in options.systems or (
+            name == "hybrid" and "hybrid-reranked" in options.systems
+        )
+        if not wanted:
+            continue
+        start = time.perf_counter()
+        runs[name] = store_run(store, query_ids, TOP_K, **arguments)  # type: ignore[arg-type]
+        timings[f"{name}_ms_per_query"] = _per_query_ms(start, len(queries))
+    return runs
 
 
 def corpus_key(embedder: Embedder, dataset: BeirDataset) -> str:
@@ -212,11 +298,18 @@ def evaluate_datasets(
     open_store: StoreFactory | None = None,
     *,
     baseline_embedder: Embedder | None = None,
+    sparse: SparseEncoder | None = None,
 ) -> Iterator[DatasetResult]:
     for path in paths:
         log.info("evaluating %s", path)
         yield evaluate_dataset(
-            path, embedder, scorer, options, open_store, baseline_embedder=baseline_embedder
+            path,
+            embedder,
+            scorer,
+            options,
+            open_store,
+            baseline_embedder=baseline_embedder,
+            sparse=sparse,
         )
 
 

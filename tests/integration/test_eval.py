@@ -18,6 +18,7 @@ from eval.suite import EvalOptions, evaluate_dataset
 from ragrank.cli import main
 from ragrank.models import Pair
 from ragrank.settings import Settings
+from ragrank.sparse import Bm25Params, QdrantBm25
 from ragrank.tokens import ModelInput, WindowPlan
 from tests.conftest import SHARED_DATA
 from tests.fakes import FakeEmbedder
@@ -179,7 +180,9 @@ def test_eval_on_two_datasets_writes_every_report(tmp_path: Path, settings: Sett
     report = json.loads((output / "report.json").read_text())
     assert [d["name"] for d in report["datasets"]] == ["alpha", "beta"]
     alpha = report["datasets"][0]
-    assert set(alpha["systems"]) == {"cosine", "reranked", "ann"}
+    assert set(alpha["systems"]) == {"cosine", "reranked", "ann", "bm25", "hybrid"}
+    assert set(alpha["oracle"]) == set(alpha["systems"]) and alpha["oracle_k"] == 5
+    assert {c["challenger"] for c in alpha["comparisons"]} == {"reranked", "ann", "bm25", "hybrid"}
     assert set(alpha["checksums"]) == {"corpus.jsonl.gz", "queries.jsonl", "qrels/test.tsv"}
     assert alpha["ann_recall_vs_exact"]["recall@10"] == pytest.approx(1.0)
     assert {
@@ -188,6 +191,9 @@ def test_eval_on_two_datasets_writes_every_report(tmp_path: Path, settings: Sett
         "retrieval_ms_per_query",
         "rerank_ms_per_query",
         "ann_ms_per_query",
+        "bm25_ms_per_query",
+        "hybrid_ms_per_query",
+        "sparse_encode_s",
     } <= set(alpha["timings"])
     assert len(alpha["per_query"]) == 6 and "reranked" in alpha["per_query"]["q0"]
     reranked = next(c for c in alpha["comparisons"] if c["challenger"] == "reranked")
@@ -203,6 +209,8 @@ def test_eval_on_two_datasets_writes_every_report(tmp_path: Path, settings: Sett
     )
     markdown = (output / "report.md").read_text()
     assert "macro average" in markdown and "![ndcg10.png](ndcg10.png)" in markdown
+    assert "## Against cosine" in markdown and "oracle@5" in markdown
+    assert "NDCG@10 against cosine" in printed and "oracle@5" in printed
 
 
 class CountingEmbedder(FakeEmbedder):
@@ -312,7 +320,8 @@ def test_bad_arguments_name_the_flag(tmp_path: Path, capsys):
     assert "--dataset" in capsys.readouterr().err
     write_collection(tmp_path / "known")
     for flags, named in (
-        (["--systems", "cosine,bm25"], "--systems"),
+        (["--systems", "cosine,splade"], "--systems"),
+        (["--oracle-k", "101"], "--oracle-k"),
         (["--candidates", "0"], "--candidates"),
     ):
         assert main(["eval", "--dataset", str(tmp_path / "known"), *flags]) == 2
@@ -326,6 +335,35 @@ def test_ann_runs_against_a_store_from_the_factory(tmp_path: Path, embedder):
     result = evaluate_dataset(root, embedder, None, options, store_factory(Settings()))
     assert result.ann_recall == {"recall@10": 1.0, "recall@100": 1.0}
     assert result.scores["ann"].means == pytest.approx(result.scores["cosine"].means)
+
+
+def test_bm25_and_hybrid_run_through_qdrant_and_oracle_bounds_each_reranker(tmp_path: Path):
+    """Each topic word is in its query's relevant documents only, so BM25 ranks them first;
+    a reranker that knows the grades reaches exactly its first stage's oracle@K."""
+    root = tmp_path / "known"
+    qrels = write_collection(root)
+    options = EvalOptions(
+        systems=("cosine", "reranked", "bm25", "hybrid", "hybrid-reranked"),
+        candidates=3,
+        progress=False,
+    )
+    result = evaluate_dataset(
+        root,
+        RandomEmbedder(),
+        OracleScorer(qrels, root),
+        options,
+        store_factory(Settings()),
+        sparse=QdrantBm25(Bm25Params()),
+    )
+    assert result.scores["bm25"].means["ndcg@10"] == pytest.approx(1.0)
+    assert result.oracle_k == 3
+    for reranked, first_stage in (("reranked", "cosine"), ("hybrid-reranked", "hybrid")):
+        assert result.scores[reranked].means["ndcg@10"] == pytest.approx(result.oracle[first_stage])
+        assert result.oracle[first_stage] >= result.scores[first_stage].means["ndcg@10"]
+    against = {c.challenger: c for c in result.comparisons if c.baseline == "cosine"}
+    assert set(against) == {"reranked", "bm25", "hybrid", "hybrid-reranked"}
+    assert against["bm25"].losses == 0
+    assert set(against["hybrid"].p_values) == {"fisher", "student"}
 
 
 # Real models on real data: slow, and skipped without ../shared/data.

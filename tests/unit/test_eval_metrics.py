@@ -3,13 +3,14 @@ independent of ranx, on random graded qrels and runs; and the paired comparisons
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
 import pytest
 import pytrec_eval
 
-from eval.metrics import METRICS, bootstrap_ci, compare, score_run
+from eval.metrics import METRICS, bootstrap_ci, compare, oracle_ndcg, score_run
 
 # ranx name → trec_eval measure; MRR@10 is trec_eval's reciprocal rank over the top 10.
 TREC_MEASURES = {
@@ -106,3 +107,21 @@ def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_queries():
         assert low < values.mean() < high
     assert np.subtract(*bootstrap_ci(large)[::-1]) < np.subtract(*bootstrap_ci(small)[::-1]) / 5
     assert bootstrap_ci(np.full(10, 0.25)) == (0.25, 0.25)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_oracle_is_the_best_reordering_of_the_top_k(k: int):
+    """Against every permutation of each query's top k (the rest kept below in order)."""
+    qrels, run = random_collection(seed=k, queries=8, documents=150)
+    best = []
+    for qid in qrels:
+        ranking = sorted(run.get(qid, {}), key=lambda d: (-run[qid][d], d))
+        top, rest = ranking[:k], ranking[k:]
+        values = []
+        for order in itertools.permutations(top):
+            ordered = [*order, *rest]
+            single = {qid: {d: float(len(ordered) - i) for i, d in enumerate(ordered)}}
+            values.append(score_run({qid: qrels[qid]}, single, "p").means["ndcg@10"])
+        best.append(max(values))
+    assert oracle_ndcg(qrels, run, k) == pytest.approx(float(np.mean(best)))
+    assert oracle_ndcg(qrels, run, k) >= score_run(qrels, run, "run").means["ndcg@10"] - 1e-12
