@@ -5,7 +5,9 @@
 The documents are chunked once; the raw encoder then embeds every chunk passage in one call (its
 best case: one global length sort, no store). The indexer then syncs the same documents into a
 fresh embedded Qdrant (chunking, length-sorted batches, upserts, stamps), and a second sync
-shows what an unchanged run costs. Models and device come from the usual RAGRANK_* settings.
+shows what an unchanged run costs. The first sync is also run without BM25 sparse vectors
+(`sparse_overhead`: what they add to it). Models and device come from the usual RAGRANK_*
+settings.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from itertools import islice
 from pathlib import Path
 
 from indexing import Indexer
+from indexing.pipeline import IndexSummary
 from indexing.sources import read_documents
 from ragrank import SAMPLE_DATASET
 from ragrank.models import SentenceTransformerEmbedder
 from ragrank.settings import Settings
+from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 
 
@@ -37,30 +41,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         corpus = args.data / "corpus.jsonl.gz"
     documents = list(islice(read_documents(corpus), args.limit))
 
-    with tempfile.TemporaryDirectory() as folder:
-        settings = Settings.from_env(qdrant_path=Path(folder), qdrant_url="", collection="bench")
-        embedder = SentenceTransformerEmbedder.from_settings(settings)
-        store = open_store(settings)
-        try:
-            indexer = Indexer.from_settings(settings, embedder, store)
-            chunker = indexer.chunker
-            passages = [c.passage for d in documents for c in chunker.chunk(d)]
-            embedder.embed_passages(passages[:64])  # warm-up
-            started = time.perf_counter()
-            embedder.embed_passages(passages)
-            raw_s = time.perf_counter() - started
-            first = indexer.index(documents, progress=False)
-            second = indexer.index(documents, progress=False)
-        finally:
-            store.close()
+    base = Settings.from_env(qdrant_url="", collection="bench")
+    dense_only = base.replace(sparse="none", retrieval="dense")
+    embedder = SentenceTransformerEmbedder.from_settings(base)
+    passages: list[str] = []
+    raw_s = 0.0
+    runs: dict[str, tuple[IndexSummary, IndexSummary]] = {}
+    for name, variant in (("dense_only", dense_only), ("with_sparse", base)):
+        with tempfile.TemporaryDirectory() as folder:
+            settings = variant.replace(qdrant_path=Path(folder))
+            store = open_store(settings)
+            try:
+                indexer = Indexer.from_settings(settings, embedder, store)
+                if not passages:
+                    passages = [c.passage for d in documents for c in indexer.chunker.chunk(d)]
+                    embedder.embed_passages(passages[:64])  # warm-up
+                    started = time.perf_counter()
+                    embedder.embed_passages(passages)
+                    raw_s = time.perf_counter() - started
+                first = indexer.index(documents, progress=False)
+                runs[name] = (first, indexer.index(documents, progress=False))
+            finally:
+                store.close()
+    encoder = sparse_encoder(base)
+    started = time.perf_counter()
+    if encoder is not None:
+        encoder.documents(passages)
+    sparse_s = time.perf_counter() - started
+    (first, second), (dense_first, _) = runs["with_sparse"], runs["dense_only"]
     figures = {
-        "model": settings.embed_model,
+        "model": base.embed_model,
+        "sparse": base.sparse,
         "documents": len(documents),
         "chunks": len(passages),
         "raw_encoder_chunks_per_s": round(len(passages) / raw_s, 2),
         "indexer_chunks_per_s": round(first.chunks / first.seconds, 2),
         "ratio": round((first.chunks / first.seconds) / (len(passages) / raw_s), 3),
         "first_run_s": round(first.seconds, 2),
+        "dense_only_first_run_s": round(dense_first.seconds, 2),
+        "sparse_overhead": round(first.seconds / dense_first.seconds - 1, 3),
+        "bm25_encode_s": round(sparse_s, 2),
         "unchanged_run_s": round(second.seconds, 2),
         "unchanged": second.unchanged,
     }

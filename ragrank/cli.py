@@ -283,6 +283,11 @@ def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     evaluate.add_argument("--rrf-k", type=int, help="RRF's k (default: RAGRANK_RRF_K)")
     evaluate.add_argument(
+        "--rrf-dense-weight",
+        type=float,
+        help="RRF's weight of the dense list, BM25's being 1 (default: RAGRANK_RRF_DENSE_WEIGHT)",
+    )
+    evaluate.add_argument(
         "--oracle-k",
         type=int,
         help="depth K of oracle@K, the best reordering of each system's top K "
@@ -562,6 +567,7 @@ def _eval(args: argparse.Namespace) -> int:
         rerank_batch_tokens=tokens,
         fusion=args.fusion or settings.fusion,
         rrf_k=args.rrf_k or settings.rrf_k,
+        rrf_dense_weight=args.rrf_dense_weight or settings.rrf_dense_weight,
         oracle_k=args.oracle_k,
         progress=not args.no_progress,
     )

@@ -113,6 +113,8 @@ class Settings:
     retrieval: str = "hybrid"
     fusion: str = "rrf"
     rrf_k: int = 60
+    #: RRF's weight of the dense list, BM25's being 1.
+    rrf_dense_weight: float = 1.0
 
     device: str = "auto"
     dtype: str = "auto"
@@ -260,6 +262,7 @@ class Settings:
         for name, low, high in (
             ("rerank_min_agreement", -1.0, 1.0),
             ("vacuum_deleted_ratio", 0.0, 1.0),
+            ("rrf_dense_weight", 0.01, 100.0),
             ("port", 1, 65535),
         ):
             if not low <= getattr(self, name) <= high:

@@ -82,6 +82,7 @@ async def search(
             retrieval=data.retrieval,
             fusion=data.fusion,
             rrf_k=data.rrf_k,
+            dense_weight=data.dense_weight,
         ),
     )
     return SearchResponse(

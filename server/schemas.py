@@ -103,6 +103,19 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         ]
         | None
     ) = None
+    dense_weight: (
+        Annotated[
+            float,
+            Meta(
+                ge=0.01,
+                le=100,
+                description="RRF's weight of the dense list, BM25's being 1 (Qdrant divides "
+                "each list's ranks by its weight); absent: the server's "
+                "RAGRANK_RRF_DENSE_WEIGHT.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class SearchHit(Struct, frozen=True, kw_only=True):

@@ -126,7 +126,7 @@ class SearchService:
     def __init__(self, services: Services, settings: Settings) -> None:
         self.services = services
         self._retrieval = settings.retrieval
-        self._fusion = Fusion(settings.fusion, settings.rrf_k)
+        self._fusion = Fusion(settings.fusion, settings.rrf_k, settings.rrf_dense_weight)
         embedder, scorer = services.embedder, services.scorer
         placement = resolve_placement(settings.device, settings.dtype)
 
@@ -197,13 +197,18 @@ class SearchService:
         retrieval: str | None = None,
         fusion: str | None = None,
         rrf_k: int | None = None,
+        dense_weight: float | None = None,
     ) -> SearchOutcome:
-        """`retrieval`, `fusion` and `rrf_k` default to the settings. `rerank="auto"` reranks
-        when the reranker can, and otherwise returns first-stage order and says why
-        (`rerank_error`) instead of failing the request."""
+        """`retrieval`, `fusion`, `rrf_k` and `dense_weight` default to the settings.
+        `rerank="auto"` reranks when the reranker can, and otherwise returns first-stage order
+        and says why (`rerank_error`) instead of failing the request."""
         store = self.services.store
         retrieval = retrieval or self._retrieval
-        fusing = Fusion(fusion or self._fusion.method, rrf_k or self._fusion.k)
+        fusing = Fusion(
+            fusion or self._fusion.method,
+            rrf_k or self._fusion.k,
+            dense_weight or self._fusion.dense_weight,
+        )
         started = time.perf_counter()
         vector = None
         if retrieval != "sparse":

