@@ -66,6 +66,7 @@ class EvalOptions:
     fusion: str = "rrf"
     rrf_k: int = 60
     rrf_dense_weight: float = 1.0
+    rrf_sparse_weight: float = 1.0
     #: The depth of oracle@K (the best reordering of each system's top K); None: candidates.
     oracle_k: int | None = None
     progress: bool = True
@@ -84,8 +85,12 @@ class EvalOptions:
             raise SettingsError(f"--fusion must be one of {', '.join(FUSIONS)}")
         if self.rrf_k < 1:
             raise SettingsError("--rrf-k must be at least 1")
-        if not 0.01 <= self.rrf_dense_weight <= 100:
-            raise SettingsError("--rrf-dense-weight must be between 0.01 and 100")
+        for flag, weight in (
+            ("--rrf-dense-weight", self.rrf_dense_weight),
+            ("--rrf-sparse-weight", self.rrf_sparse_weight),
+        ):
+            if not 0.01 <= weight <= 100:
+                raise SettingsError(f"{flag} must be between 0.01 and 100")
         if self.oracle_k is not None and not 1 <= self.oracle_k <= TOP_K:
             raise SettingsError(f"--oracle-k must be between 1 and {TOP_K}")
 
@@ -263,7 +268,9 @@ def _store_runs(
     index_corpus(store, documents, vectors, corpus_sparse, progress=options.progress)
     query_ids = list(queries)
     query_sparse = [sparse.query(text) for text in queries.values()] if lexical and sparse else []
-    fusion = Fusion(options.fusion, options.rrf_k, options.rrf_dense_weight)
+    fusion = Fusion(
+        options.fusion, options.rrf_k, options.rrf_dense_weight, options.rrf_sparse_weight
+    )
     searches = {
         "ann": {"dense": query_vectors},
         "bm25": {"sparse": query_sparse},

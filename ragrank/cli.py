@@ -282,11 +282,12 @@ def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="how hybrid fuses dense and BM25 (default: RAGRANK_FUSION)",
     )
     evaluate.add_argument("--rrf-k", type=int, help="RRF's k (default: RAGRANK_RRF_K)")
-    evaluate.add_argument(
-        "--rrf-dense-weight",
-        type=float,
-        help="RRF's weight of the dense list, BM25's being 1 (default: RAGRANK_RRF_DENSE_WEIGHT)",
-    )
+    for role in ("dense", "sparse"):
+        evaluate.add_argument(
+            f"--rrf-{role}-weight",
+            type=float,
+            help=f"RRF's weight of the {role} list (default: RAGRANK_RRF_{role.upper()}_WEIGHT)",
+        )
     evaluate.add_argument(
         "--oracle-k",
         type=int,
@@ -568,6 +569,7 @@ def _eval(args: argparse.Namespace) -> int:
         fusion=args.fusion or settings.fusion,
         rrf_k=args.rrf_k or settings.rrf_k,
         rrf_dense_weight=args.rrf_dense_weight or settings.rrf_dense_weight,
+        rrf_sparse_weight=args.rrf_sparse_weight or settings.rrf_sparse_weight,
         oracle_k=args.oracle_k,
         progress=not args.no_progress,
     )

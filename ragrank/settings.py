@@ -113,8 +113,10 @@ class Settings:
     retrieval: str = "hybrid"
     fusion: str = "rrf"
     rrf_k: int = 60
-    #: RRF's weight of the dense list, BM25's being 1.
+    #: RRF's weights of the dense and the BM25 lists (Qdrant divides a list's positions by
+    #: its weight).
     rrf_dense_weight: float = 1.0
+    rrf_sparse_weight: float = 1.0
 
     device: str = "auto"
     dtype: str = "auto"
@@ -263,6 +265,7 @@ class Settings:
             ("rerank_min_agreement", -1.0, 1.0),
             ("vacuum_deleted_ratio", 0.0, 1.0),
             ("rrf_dense_weight", 0.01, 100.0),
+            ("rrf_sparse_weight", 0.01, 100.0),
             ("port", 1, 65535),
         ):
             if not low <= getattr(self, name) <= high:

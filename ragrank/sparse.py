@@ -117,7 +117,10 @@ class SubwordBm25:
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:
             return []
-        encoded = self._tokenizer(list(texts), add_special_tokens=False, truncation=False)
+        # Every term counts, however long the text: no truncation, and no warning about it.
+        encoded = self._tokenizer(
+            list(texts), add_special_tokens=False, truncation=False, verbose=False
+        )
         return [list(ids) for ids in encoded["input_ids"]]
 
     def documents(self, texts: Sequence[str]) -> list[SparseVector]:

@@ -83,6 +83,7 @@ async def search(
             fusion=data.fusion,
             rrf_k=data.rrf_k,
             dense_weight=data.dense_weight,
+            sparse_weight=data.sparse_weight,
         ),
     )
     return SearchResponse(

@@ -109,9 +109,20 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
             Meta(
                 ge=0.01,
                 le=100,
-                description="RRF's weight of the dense list, BM25's being 1 (Qdrant divides "
-                "each list's ranks by its weight); absent: the server's "
-                "RAGRANK_RRF_DENSE_WEIGHT.",
+                description="RRF's weight of the dense list (Qdrant divides a list's 1-based "
+                "positions by its weight); absent: the server's RAGRANK_RRF_DENSE_WEIGHT.",
+            ),
+        ]
+        | None
+    ) = None
+    sparse_weight: (
+        Annotated[
+            float,
+            Meta(
+                ge=0.01,
+                le=100,
+                description="RRF's weight of the BM25 list; below 1 it counts less than the "
+                "dense one; absent: the server's RAGRANK_RRF_SPARSE_WEIGHT.",
             ),
         ]
         | None

@@ -126,7 +126,9 @@ class SearchService:
     def __init__(self, services: Services, settings: Settings) -> None:
         self.services = services
         self._retrieval = settings.retrieval
-        self._fusion = Fusion(settings.fusion, settings.rrf_k, settings.rrf_dense_weight)
+        self._fusion = Fusion(
+            settings.fusion, settings.rrf_k, settings.rrf_dense_weight, settings.rrf_sparse_weight
+        )
         embedder, scorer = services.embedder, services.scorer
         placement = resolve_placement(settings.device, settings.dtype)
 
@@ -198,8 +200,9 @@ class SearchService:
         fusion: str | None = None,
         rrf_k: int | None = None,
         dense_weight: float | None = None,
+        sparse_weight: float | None = None,
     ) -> SearchOutcome:
-        """`retrieval`, `fusion`, `rrf_k` and `dense_weight` default to the settings.
+        """`retrieval`, `fusion`, `rrf_k` and the two weights default to the settings.
         `rerank="auto"` reranks when the reranker can, and otherwise returns first-stage order
         and says why (`rerank_error`) instead of failing the request."""
         store = self.services.store
@@ -208,6 +211,7 @@ class SearchService:
             fusion or self._fusion.method,
             rrf_k or self._fusion.k,
             dense_weight or self._fusion.dense_weight,
+            sparse_weight or self._fusion.sparse_weight,
         )
         started = time.perf_counter()
         vector = None

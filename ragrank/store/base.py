@@ -134,12 +134,20 @@ Condition = Equals | AnyOf | AtLeast | IsNull | Where
 class Fusion:
     """How hybrid retrieval merges its dense and sparse lists: `rrf` (reciprocal rank
     fusion, `1 / (k + rank)` summed, ranks from 0) or `dbsf` (scores normalised by their
-    distribution). `dense_weight` is RRF's weight of the dense list, BM25's being 1: Qdrant
-    divides each rank by its list's weight, so a heavier list's ranks count as higher ones."""
+    distribution). RRF weighs each list as Qdrant does, dividing its 1-based positions by the
+    list's weight: `1 / (k + (rank + 1) / weight - 1)`."""
 
     method: str = "rrf"
     k: int = 60
     dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+
+    @property
+    def weights(self) -> list[float] | None:
+        """Qdrant's RRF weights, in prefetch order (dense, then sparse); None when equal."""
+        if self.dense_weight == self.sparse_weight == 1.0:
+            return None
+        return [self.dense_weight, self.sparse_weight]
 
 
 @dataclass(frozen=True)

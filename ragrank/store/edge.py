@@ -459,8 +459,7 @@ def _stored_sparse(vector: Any) -> SparseVector | None:
 def _fusion(fusion: Fusion) -> Any:
     if fusion.method == "dbsf":
         return edge.Fusion.Dbsf()
-    weights = None if fusion.dense_weight == 1.0 else [fusion.dense_weight, 1.0]
-    return edge.Fusion.Rrf(k=fusion.k, weights=weights)
+    return edge.Fusion.Rrf(k=fusion.k, weights=fusion.weights)
 
 
 def _filter(where: Where | None) -> edge.Filter | None:

@@ -296,8 +296,7 @@ def _stored_sparse(vector: Any) -> SparseVector | None:
 def _fusion(fusion: Fusion) -> models.Query:
     if fusion.method == "dbsf":
         return models.FusionQuery(fusion=models.Fusion.DBSF)
-    weights = None if fusion.dense_weight == 1.0 else [fusion.dense_weight, 1.0]
-    return models.RrfQuery(rrf=models.Rrf(k=fusion.k, weights=weights))
+    return models.RrfQuery(rrf=models.Rrf(k=fusion.k, weights=fusion.weights))
 
 
 def _filter(where: Where | None) -> models.Filter | None:

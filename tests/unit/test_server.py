@@ -95,6 +95,7 @@ async def test_no_scorer_call_without_rerank(client, indexed_services):
         ({"query": "x", "rrf_k": 0}, "rrf_k", ">= 1"),
         ({"query": "x", "rrf_k": 100_001}, "rrf_k", "<= 100000"),
         ({"query": "x", "dense_weight": 0}, "dense_weight", ">= 0.01"),
+        ({"query": "x", "sparse_weight": 101}, "sparse_weight", "<= 100"),
         ({"top_k": 5}, "query", "missing required field"),
     ],
 )
@@ -135,7 +136,9 @@ async def test_hybrid_is_the_default_and_fuses_as_asked(client):
     # between 1 (first in one list) and 2 (first in both).
     assert 1.0 <= rrf["results"][0]["retrieval_score"] <= 2.0
     assert default["results"][0]["retrieval_score"] <= 2 / 60 + 1e-6
-    heavy = (await client.post("/v1/search", json={**body, "dense_weight": 3})).json()
+    heavy = (
+        await client.post("/v1/search", json={**body, "dense_weight": 3, "sparse_weight": 0.5})
+    ).json()
     assert heavy["results"] and heavy["retrieval"] == "hybrid"
     dbsf = (await client.post("/v1/search", json={**body, "fusion": "dbsf"})).json()
     assert dbsf["retrieval"] == "hybrid" and len(dbsf["results"]) == 10

@@ -134,8 +134,10 @@ def test_idf_follows_updates_and_deletes(store: Store):
     )
 
 
-@pytest.mark.parametrize(("k", "weight"), [(2, 1.0), (60, 1.0), (60, 2.0), (10, 0.5)])
-def test_rrf_fuses_as_hand_fused(store: Store, k: int, weight: float):
+@pytest.mark.parametrize(
+    ("k", "weights"), [(2, (1.0, 1.0)), (60, (1.0, 1.0)), (60, (2.0, 1.0)), (10, (1.0, 0.5))]
+)
+def test_rrf_fuses_as_hand_fused(store: Store, k: int, weights: tuple[float, float]):
     encoder = QdrantBm25(PARAMS)
     texts = {f"d{i}": " ".join(["granite"] * (i % 3 + 1) + ["basalt"] * (i % 4)) for i in range(12)}
     _index(store, texts, encoder, seed=3)
@@ -145,14 +147,12 @@ def test_rrf_fuses_as_hand_fused(store: Store, k: int, weight: float):
     dense = [h.chunk.doc_id for h in store.search(query_vector, limit)]
     lexical = [h.chunk.doc_id for h in store.search(None, limit, sparse=query_sparse)]
     fused: dict[str, float] = {}
-    for ranking, w in ((dense, weight), (lexical, 1.0)):
+    for ranking, w in zip((dense, lexical), weights, strict=True):
         for rank, doc_id in enumerate(ranking):
             # Qdrant's weighted RRF: the 1-based position divided by the list's weight.
             fused[doc_id] = fused.get(doc_id, 0.0) + 1 / (k + (rank + 1) / w - 1)
     expected = sorted(fused, key=lambda d: (-fused[d], d))[:limit]
-    hits = store.search(
-        query_vector, limit, sparse=query_sparse, fusion=Fusion("rrf", k, dense_weight=weight)
-    )
+    hits = store.search(query_vector, limit, sparse=query_sparse, fusion=Fusion("rrf", k, *weights))
     assert [h.chunk.doc_id for h in hits] == expected
     assert [h.retrieval_score for h in hits] == pytest.approx([fused[d] for d in expected])
     dbsf = store.search(query_vector, limit, sparse=query_sparse, fusion=Fusion("dbsf"))
