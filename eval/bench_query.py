@@ -26,7 +26,7 @@ from ragrank.device import resolve_placement
 from ragrank.settings import Settings
 from server.services import SearchService, Services
 
-STAGES = ("embed", "retrieve", "rerank", "total")
+STAGES = ("embed", "sparse", "retrieve", "rerank", "total")
 
 
 async def _measure(

@@ -1,4 +1,4 @@
-"""`ragrank demo`: index the bundled sample, show cosine vs reranked order, then serve."""
+"""`ragrank demo`: index the bundled sample, show first-stage vs reranked order, then serve."""
 
 from __future__ import annotations
 
@@ -61,13 +61,13 @@ async def _show_examples(
         for query_id in EXAMPLE_QUERIES:
             query = dataset.queries[query_id]
             relevant = dataset.qrels.get(query_id, {})
-            cosine = await search.search(query, top_k=5, candidates=20, rerank=False)
+            first = await search.search(query, top_k=5, candidates=20, rerank=False)
             reranked = await search.search(query, top_k=5, candidates=20, rerank=True)
-            console.print(_comparison(query, cosine, reranked, relevant))
+            console.print(_comparison(query, first, reranked, relevant))
 
 
 def _comparison(
-    query: str, cosine: SearchOutcome, reranked: SearchOutcome, labels: Mapping[str, int]
+    query: str, first: SearchOutcome, reranked: SearchOutcome, labels: Mapping[str, int]
 ) -> Table:
     timings = reranked.timings_ms
     table = Table(
@@ -76,13 +76,13 @@ def _comparison(
         title_justify="left",
     )
     table.add_column("#", justify="right")
-    table.add_column("cosine order")
-    table.add_column("cosine", justify="right")
+    table.add_column(f"{first.retrieval} order")
+    table.add_column(first.retrieval, justify="right")
     table.add_column("reranked order")
     table.add_column("rerank", justify="right")
-    for rank in range(max(len(cosine.hits), len(reranked.hits))):
+    for rank in range(max(len(first.hits), len(reranked.hits))):
         row = [str(rank + 1)]
-        for outcome in (cosine, reranked):
+        for outcome in (first, reranked):
             if rank < len(outcome.hits):
                 hit = outcome.hits[rank]
                 mark = "✓ " if labels.get(hit.candidate.chunk.doc_id, 0) > 0 else "  "

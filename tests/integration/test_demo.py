@@ -26,7 +26,7 @@ def test_demo_indexes_the_sample_and_shows_both_orders(settings: Settings, capsy
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "124 documents: 124 new" in out
-    assert out.count("cosine order") == 3 and out.count("reranked order") == 3
+    assert out.count("hybrid order") == 3 and out.count("reranked order") == 3
     assert "Qui a inventé l'imprimerie" in out
     assert re.search(r"✓ ", out), "labelled relevant documents are marked"
     assert "curl -s http://127.0.0.1:8123/v1/search" in out

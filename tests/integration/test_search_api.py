@@ -61,9 +61,10 @@ async def test_search_returns_top_k_hits_with_every_field_and_timings(client):
         assert -1.0 <= hit["retrieval_score"] <= 1.0
     assert body["reranked"] is True
     timings = body["timings_ms"]
-    assert set(timings) == {"embed", "retrieve", "rerank", "total"}
+    assert set(timings) == {"embed", "sparse", "retrieve", "rerank", "total"}
     assert all(value >= 0 for value in timings.values())
-    assert timings["total"] >= timings["embed"] + timings["retrieve"] + timings["rerank"] - 1e-6
+    stages = timings["embed"] + timings["sparse"] + timings["retrieve"] + timings["rerank"]
+    assert timings["total"] >= stages - 1e-6
 
 
 async def test_reranked_order_follows_the_cross_encoder_over_the_cosine_candidates(
@@ -83,19 +84,29 @@ async def test_reranked_order_follows_the_cross_encoder_over_the_cosine_candidat
     assert scores == sorted(scores, reverse=True)
 
 
-async def test_rerank_false_returns_cosine_order_as_the_store_gives_it(client, services):
-    body = await _search(client, query=QUERY, top_k=10, candidates=10, rerank=False)
-    assert body["reranked"] is False
+@pytest.mark.parametrize("retrieval", ["dense", "sparse", "hybrid"])
+async def test_rerank_false_returns_the_first_stage_as_the_store_gives_it(
+    client, services, retrieval
+):
+    body = await _search(
+        client, query=QUERY, top_k=10, candidates=10, rerank=False, retrieval=retrieval
+    )
+    assert body["reranked"] is False and body["retrieval"] == retrieval
     assert body["timings_ms"]["rerank"] < 50  # no model ran
-    retrieval = [hit["retrieval_score"] for hit in body["results"]]
-    assert retrieval == sorted(retrieval, reverse=True)
-    assert [hit["score"] for hit in body["results"]] == retrieval
+    scores = [hit["retrieval_score"] for hit in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+    assert [hit["score"] for hit in body["results"]] == scores
     vector = services.embedder.embed_queries([QUERY])[0]
-    direct = services.store.search(vector, 10)
+    lexical = services.sparse.query(QUERY)
+    direct = {
+        "dense": lambda: services.store.search(vector, 10),
+        "sparse": lambda: services.store.search(None, 10, sparse=lexical),
+        "hybrid": lambda: services.store.search(vector, 10, sparse=lexical),
+    }[retrieval]()
     assert [(h["doc_id"], h["chunk"]) for h in body["results"]] == [
         (c.chunk.doc_id, c.chunk.chunk_index) for c in direct
     ]
-    np.testing.assert_allclose(retrieval, [c.retrieval_score for c in direct], atol=1e-5)
+    np.testing.assert_allclose(scores, [c.retrieval_score for c in direct], atol=1e-5)
 
 
 async def test_filters_restrict_results(client):
