@@ -63,8 +63,8 @@ class EvalOptions:
     rerank_batch_tokens: int = 8_192
     encode_batch: int = 256
     #: How `hybrid` fuses its dense and BM25 lists, as the server's `fusion` and `rrf_k`.
-    fusion: str = "rrf"
-    rrf_k: int = 60
+    fusion: str = "dbsf"
+    rrf_k: int = 2
     rrf_dense_weight: float = 1.0
     rrf_sparse_weight: float = 1.0
     #: The depth of oracle@K (the best reordering of each system's top K); None: candidates.

@@ -137,8 +137,8 @@ class Fusion:
     distribution). RRF weighs each list as Qdrant does, dividing its 1-based positions by the
     list's weight: `1 / (k + (rank + 1) / weight - 1)`."""
 
-    method: str = "rrf"
-    k: int = 60
+    method: str = "dbsf"
+    k: int = 2
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
 
@@ -346,8 +346,9 @@ class Store(ABC):
         exact: bool = False,
     ) -> list[Candidate]:
         """The `limit` best chunks, optionally filtered: nearest to the dense `vector`, best
-        by BM25 for `sparse`, or, given both, the two lists fused (`fusion`, RRF by
-        default). `exact` skips the dense vector index and compares with every point."""
+        by BM25 for `sparse`, or, given both, the two lists fused (`fusion`; DBSF by
+        default, as in the settings). `exact` skips the dense vector index and compares with
+        every point."""
         if vector is None and sparse is None:
             raise ValueError("a search needs a dense vector, a sparse one, or both")
         if sparse is not None and not self.sparse:

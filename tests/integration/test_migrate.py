@@ -13,7 +13,8 @@ from ragrank.cli import main
 from ragrank.documents import Chunk
 from ragrank.errors import StoreError
 from ragrank.settings import Settings
-from ragrank.store import DocumentStamp, ServerStore, open_store
+from ragrank.sparse import sparse_encoder
+from ragrank.store import DocumentStamp, ServerStore, open_store, sparse_stamp
 
 
 def _old_folder(folder: Path) -> np.ndarray:
@@ -58,8 +59,13 @@ def test_an_old_folder_is_recognised_and_migrated_without_loss(
         hit = store.search(vectors[42], 1, {"lang": "de"})[0]
         assert (hit.chunk.doc_id, hit.chunk.chunk_index, hit.chunk.text) == ("d14", 0, "t42")
         assert hit.retrieval_score == pytest.approx(1.0, abs=1e-5)
+        # The migration added the BM25 vectors, from the stored text, and stamped them.
+        encoder = sparse_encoder(settings)
         stored = store.stored_documents(["d14"])["d14"]
-        assert stored.holds_version("h14", "/docs")
+        assert stored.holds_version("h14", "/docs", sparse_stamp(encoder))
+        assert encoder is not None
+        lexical = store.search(None, 3, sparse=encoder.query("t42"))
+        assert [h.chunk.text for h in lexical][:1] == ["t42"]
         assert store.documents_from("/docs") == {f"d{i}" for i in range(100)}
     finally:
         store.close()
