@@ -6,8 +6,9 @@ The documents are chunked once; the raw encoder then embeds every chunk passage 
 best case: one global length sort, no store). The indexer then syncs the same documents into a
 fresh embedded Qdrant (chunking, length-sorted batches, upserts, stamps), and a second sync
 shows what an unchanged run costs. The first sync is also run without BM25 sparse vectors
-(`sparse_overhead`: what they add to it). Models and device come from the usual RAGRANK_*
-settings.
+(`sparse_overhead`: what they add to it), each variant `--repeat` times, alternated, the
+fastest counting (two cores shared with anything else are noisy). Models and device come from
+the usual RAGRANK_* settings.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=SAMPLE_DATASET, help="a BEIR folder")
     parser.add_argument("--limit", type=int, default=1000, help="documents to index")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="runs of each variant, alternated; the best counts"
+    )
     args = parser.parse_args(argv)
     corpus = args.data / "corpus.jsonl"
     if not corpus.exists():
@@ -47,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     passages: list[str] = []
     raw_s = 0.0
     runs: dict[str, tuple[IndexSummary, IndexSummary]] = {}
-    for name, variant in (("dense_only", dense_only), ("with_sparse", base)):
+    variants = [("dense_only", dense_only), ("with_sparse", base)] * max(1, args.repeat)
+    for name, variant in variants:
         with tempfile.TemporaryDirectory() as folder:
             settings = variant.replace(qdrant_path=Path(folder))
             store = open_store(settings)
@@ -60,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     embedder.embed_passages(passages)
                     raw_s = time.perf_counter() - started
                 first = indexer.index(documents, progress=False)
-                runs[name] = (first, indexer.index(documents, progress=False))
+                if name not in runs or first.seconds < runs[name][0].seconds:
+                    runs[name] = (first, indexer.index(documents, progress=False))
             finally:
                 store.close()
     encoder = sparse_encoder(base)

@@ -16,7 +16,7 @@ import numpy as np
 from ragrank.documents import Candidate, Chunk, MetadataValue, passage_text
 from ragrank.errors import SparseVectorsMissingError
 from ragrank.settings import Settings, env_name
-from ragrank.sparse import SparseEncoder, SparseVector
+from ragrank.sparse import SPARSE_VECTOR, SparseEncoder, SparseVector
 
 #: Fixed namespace so that point ids are the same on every machine and in every run.
 POINT_NAMESPACE = uuid.UUID("4f1f0c62-3c1b-5a57-9d0e-7a1d2c9b6e11")
@@ -65,6 +65,12 @@ class StoredPoint:
     vector: list[float]
     payload: dict[str, Any]
     sparse: SparseVector | None = None
+
+    @classmethod
+    def read(cls, point_id: Any, vector: Any, payload: Any) -> StoredPoint:
+        """A point as an engine returns it: its vectors one list, or a dict by name."""
+        dense, sparse = stored_vectors(vector)
+        return cls(str(point_id), dense, dict(payload or {}), sparse)
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,17 @@ class Retrieval:
     where: Where | None = None
     exact: bool = False
     fusion: Fusion = Fusion()
+
+
+def stored_vectors(vector: Any) -> tuple[list[float], SparseVector | None]:
+    """A point's vectors as an engine returns them (one list, or a dict by name) as the dense
+    vector and the BM25 one."""
+    named = vector if isinstance(vector, dict) else {"": vector}
+    lexical = named.get(SPARSE_VECTOR)
+    sparse = None
+    if lexical is not None:
+        sparse = SparseVector(tuple(lexical.indices), tuple(float(v) for v in lexical.values))
+    return [float(x) for x in named.get("") or []], sparse
 
 
 def sparse_stamp(encoder: SparseEncoder | None) -> str:

@@ -258,12 +258,7 @@ class EdgeStore(Store):
             with_vector=vectors,
         )
         records, offset = self._call("scroll", request)
-        points = [
-            StoredPoint(
-                str(r.id), _dense(r.vector), dict(r.payload or {}), _stored_sparse(r.vector)
-            )
-            for r in records
-        ]
+        points = [StoredPoint.read(r.id, r.vector, r.payload) for r in records]
         return points, offset
 
     def _delete(self, where: Where) -> None:
@@ -437,23 +432,10 @@ def _run(method: Any, *args: Any) -> Any:
         raise StoreError(f"Qdrant Edge {method.__name__} failed: {exc}") from exc
 
 
-def _dense(vector: Any) -> list[float]:
-    if isinstance(vector, dict):
-        vector = vector.get("")
-    return [float(x) for x in vector or []]
-
-
 def _sparse(vector: SparseVector | None) -> edge.SparseVector:
     if vector is None:
         return edge.SparseVector([], [])
     return edge.SparseVector(list(vector.indices), list(vector.values))
-
-
-def _stored_sparse(vector: Any) -> SparseVector | None:
-    lexical = vector.get(SPARSE_VECTOR) if isinstance(vector, dict) else None
-    if lexical is None:
-        return None
-    return SparseVector(tuple(lexical.indices), tuple(float(v) for v in lexical.values))
 
 
 def _fusion(fusion: Fusion) -> Any:

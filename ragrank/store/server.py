@@ -226,12 +226,7 @@ class ServerStore(Store):
             with_payload=fields,
             with_vectors=vectors,
         )
-        points = [
-            StoredPoint(
-                str(r.id), _dense(r.vector), dict(r.payload or {}), _stored_sparse(r.vector)
-            )
-            for r in records
-        ]
+        points = [StoredPoint.read(r.id, r.vector, r.payload) for r in records]
         return points, offset
 
     def _delete(self, where: Where) -> None:
@@ -278,19 +273,6 @@ def _transient(exc: Exception) -> bool:
 
 def _sparse(vector: SparseVector) -> models.SparseVector:
     return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
-
-
-def _dense(vector: Any) -> list[float]:
-    if isinstance(vector, dict):
-        vector = vector.get("")
-    return [float(x) for x in vector or []]
-
-
-def _stored_sparse(vector: Any) -> SparseVector | None:
-    lexical = vector.get(SPARSE_VECTOR) if isinstance(vector, dict) else None
-    if not isinstance(lexical, models.SparseVector):
-        return None
-    return SparseVector(tuple(lexical.indices), tuple(float(v) for v in lexical.values))
 
 
 def _fusion(fusion: Fusion) -> models.Query:
