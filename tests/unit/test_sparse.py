@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 from transformers import AutoTokenizer
@@ -235,10 +235,24 @@ def test_sparse_settings_are_checked():
 _ENCODERS = {"bm25": QdrantBm25(Bm25Params()), "none": QdrantBm25(Bm25Params(), "none")}
 
 
+@pytest.fixture(scope="module")
+def encoders(tiny_embedder_path: Path) -> dict[str, QdrantBm25 | SubwordBm25]:
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_embedder_path))
+    return {**_ENCODERS, "subword": SubwordBm25(Bm25Params(), tokenizer, "tiny")}
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=st.text(max_size=300), kind=st.sampled_from(sorted(_ENCODERS)))
-def test_the_vectors_of_any_text_are_valid_for_qdrant(tmp_path_factory, text: str, kind: str):
-    encoder = _ENCODERS[kind]
+@given(text=st.text(max_size=300), kind=st.sampled_from(["bm25", "none", "subword"]))
+@example(text="", kind="bm25")
+@example(text=" !!! ... ¿? ", kind="bm25")  # nothing left after cleaning
+@example(text="the of and", kind="bm25")  # stopwords only
+@example(text="東京は日本の首都です", kind="bm25")
+@example(text="ภาษาไทยง่ายนิดเดียว", kind="subword")
+@example(text="Привет, мир! 🌍 \u200b\x00", kind="none")
+def test_the_vectors_of_any_text_are_valid_for_qdrant(
+    tmp_path_factory, encoders, text: str, kind: str
+):
+    encoder = encoders[kind]
     for vector in (*encoder.documents([text]), encoder.query(text)):
         assert len(vector.indices) == len(vector.values)
         assert all(a < b for a, b in zip(vector.indices, vector.indices[1:], strict=False))
