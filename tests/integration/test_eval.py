@@ -20,7 +20,7 @@ from ragrank.models import Pair
 from ragrank.settings import Settings
 from ragrank.sparse import Bm25Params, QdrantBm25
 from ragrank.tokens import ModelInput, WindowPlan
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, TEST_CACHE
 from tests.fakes import FakeEmbedder
 
 TOPICS = ["coffee", "rivers", "python", "leaves", "bread", "chess"]
@@ -415,7 +415,11 @@ def test_scifact_hybrid_with_all_minilm_l6_v2_beats_cosine(tmp_path: Path):
     run_eval(
         minilm_settings(),
         [SHARED_DATA / "scifact"],
-        EvalOptions(systems=("cosine", "bm25", "hybrid"), progress=False),
+        EvalOptions(
+            systems=("cosine", "bm25", "hybrid"),
+            cache_dir=TEST_CACHE / "eval-cache",
+            progress=False,
+        ),
         tmp_path / "out",
     )
     scifact = json.loads((tmp_path / "out" / "report.json").read_text())["datasets"][0]
@@ -437,7 +441,10 @@ def test_multilingual_e5_small_cosine_bm25_and_hybrid_on_scifact_and_xquad_r(
     languages: hybrid is at least cosine on the XQuAD-R macro average."""
     settings = Settings(embed_model=str(e5_small_path), device="cpu")
     paths = [SHARED_DATA / "scifact", *(SHARED_DATA / "xquad-r" / lang for lang in XQUAD_LANGUAGES)]
-    options = EvalOptions(systems=("cosine", "bm25", "hybrid"), progress=False)
+    # Corpus embeddings are kept between sessions: encoding SciFact takes about 17 minutes.
+    options = EvalOptions(
+        systems=("cosine", "bm25", "hybrid"), cache_dir=TEST_CACHE / "eval-cache", progress=False
+    )
     run_eval(settings, paths, options, tmp_path / "out")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     datasets = {d["path"]: d for d in report["datasets"]}
