@@ -241,6 +241,14 @@ def encoders(tiny_embedder_path: Path) -> dict[str, QdrantBm25 | SubwordBm25]:
     return {**_ENCODERS, "subword": SubwordBm25(Bm25Params(), tokenizer, "tiny")}
 
 
+@pytest.fixture(scope="module")
+def one_point_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    store = EdgeStore(tmp_path_factory.mktemp("q"), "c")
+    store.ensure_collection(2)
+    yield store
+    store.close()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.text(max_size=300), kind=st.sampled_from(["bm25", "none", "subword"]))
 @example(text="", kind="bm25")
@@ -250,7 +258,7 @@ def encoders(tiny_embedder_path: Path) -> dict[str, QdrantBm25 | SubwordBm25]:
 @example(text="ภาษาไทยง่ายนิดเดียว", kind="subword")
 @example(text="Привет, мир! 🌍 \u200b\x00", kind="none")
 def test_the_vectors_of_any_text_are_valid_for_qdrant(
-    tmp_path_factory, encoders, text: str, kind: str
+    one_point_store: Store, encoders, text: str, kind: str
 ):
     encoder = encoders[kind]
     for vector in (*encoder.documents([text]), encoder.query(text)):
@@ -258,12 +266,8 @@ def test_the_vectors_of_any_text_are_valid_for_qdrant(
         assert all(a < b for a, b in zip(vector.indices, vector.indices[1:], strict=False))
         assert all(0 <= i < 2**32 for i in vector.indices)
         assert all(math.isfinite(v) and v > 0 for v in vector.values)
-    store = EdgeStore(tmp_path_factory.mktemp("q"), "c")
-    try:
-        store.ensure_collection(2)
-        chunk = Chunk(doc_id="x", chunk_index=0, text=text)
-        store.upsert([chunk], np.ones((1, 2), np.float32), sparse=encoder.documents([text]))
-        hits = store.search(np.ones(2, np.float32), 5, sparse=encoder.query(text))
-        assert [h.chunk.doc_id for h in hits] == ["x"]
-    finally:
-        store.close()
+    # Each example overwrites the one point, then finds it by hybrid search.
+    chunk = Chunk(doc_id="x", chunk_index=0, text=text)
+    one_point_store.upsert([chunk], np.ones((1, 2), np.float32), sparse=encoder.documents([text]))
+    hits = one_point_store.search(np.ones(2, np.float32), 5, sparse=encoder.query(text))
+    assert [h.chunk.doc_id for h in hits] == ["x"]
