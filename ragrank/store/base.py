@@ -368,7 +368,7 @@ class Store(ABC):
         every point."""
         if vector is None and sparse is None:
             raise ValueError("a search needs a dense vector, a sparse one, or both")
-        if sparse is not None and not self.sparse:
+        if sparse is not None and not self.has_sparse():
             raise missing_sparse(self.collection)
         hits = self._query(
             Retrieval(

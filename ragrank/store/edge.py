@@ -217,8 +217,6 @@ class EdgeStore(Store):
 
     def _query(self, request: Retrieval) -> list[tuple[Mapping[str, Any], float]]:
         dense, sparse, limit = request.dense, request.sparse, request.limit
-        if sparse is not None and not self._has_sparse:
-            raise missing_sparse(self.collection)
         params = edge.SearchParams(hnsw_ef=self.tuning.ef, exact=request.exact)
         where_filter = _filter(request.where)
         stages: list[tuple[Any, edge.SearchParams | None]] = []

@@ -183,8 +183,6 @@ class ServerStore(Store):
 
     def _query(self, request: Retrieval) -> list[tuple[Mapping[str, Any], float]]:
         dense, sparse, limit = request.dense, request.sparse, request.limit
-        if sparse is not None and not self.has_sparse():
-            raise missing_sparse(self.collection)
         params = models.SearchParams(hnsw_ef=self.tuning.ef, exact=request.exact)
         where_filter = _filter(request.where)
         stages: list[models.Prefetch] = []
