@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from ragrank.errors import SettingsError
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+if TYPE_CHECKING:
+    import torch
+
+_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,10 @@ class Placement:
 
 def resolve_placement(device: str = "auto", dtype: str = "auto") -> Placement:
     """`auto` picks CUDA when present, in bf16 (fp16 on GPUs without bf16), else the CPU in
-    fp32."""
+    fp32. torch is imported here, not at module level, so that the server's light modules can
+    size batches without it until a model is loaded."""
+    import torch
+
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -31,13 +36,14 @@ def resolve_placement(device: str = "auto", dtype: str = "auto") -> Placement:
         return Placement(device, half)
     if dtype not in _DTYPES:
         raise SettingsError(f"RAGRANK_DTYPE must be one of auto, {', '.join(_DTYPES)}")
-    return Placement(device, _DTYPES[dtype])
+    return Placement(device, getattr(torch, dtype))
 
 
 def batch_limits(placement: Placement, size: int = 0, tokens: int = 0) -> tuple[int, int]:
     """(items, tokens) per forward pass; 0 means the device's default. Tokens are padded ones,
     or real ones when batches are packed. A GPU wants large batches to stay busy (32k tokens:
     `make bench-gpu` sweeps the budget); on two CPU cores 16 pairs per batch reranked 50
-    candidates in 1.07 s against 1.27 s with 32 (`python -m eval.bench_query`, README)."""
+    candidates in 1.07 s against 1.27 s with 32 (`python -m eval.bench.query`,
+    docs/performance.md)."""
     gpu = placement.device.startswith("cuda")
     return size or (256 if gpu else 16), tokens or (32_768 if gpu else 8_192)

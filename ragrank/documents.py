@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ragrank.errors import DocumentError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from pathlib import Path
 
 MetadataValue = str | int | float | bool | None
 

@@ -6,12 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ragrank.errors import ModelLoadError
-from ragrank.models import (
-    CrossEncoderScorer,
-    SentenceTransformerEmbedder,
-    error_summary,
-    local_model_folder,
-)
+from ragrank.loading import error_summary, local_model_folder
+from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings, env_name
 
 #: (role, settings field) of every model the configuration names.

@@ -1,7 +1,8 @@
 """The two model roles: an embedder (bi-encoder) and a scorer (cross-encoder).
 
-Each role is a small Protocol so the server, the indexer and the tests can swap in fakes; the real
-implementations load through sentence-transformers, by hub id or local folder.
+Each role is a small Protocol (`ragrank.protocols`) so the server, the indexer and the tests can
+swap in fakes; these real implementations load through sentence-transformers, by hub id or local
+folder.
 
 Work is split by thread, so the server can overlap it: tokenising, planning and collating
 (`encode_texts`, `plan_windows`, `collate`) run on host threads, each with its own tokenizer
@@ -12,18 +13,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
-from numpy.typing import NDArray
 
 from ragrank.device import Placement, batch_limits, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
+from ragrank.loading import load_model
 from ragrank.packing import (
     ATTENTION,
     Batch,
@@ -42,71 +41,14 @@ from ragrank.quantization import Agreement, calibration_groups, checked_agreemen
 from ragrank.settings import Settings, env_name
 from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from numpy.typing import NDArray
+
+    from ragrank.protocols import Pair, Vectors
+
 log = logging.getLogger(__name__)
-
-Vectors = NDArray[np.float32]
-Pair = tuple[str, str]
-
-
-class Embedder(Protocol):
-    """Turns text into L2-normalised vectors, applying the query or passage prefix by role."""
-
-    model_id: str
-    dimension: int
-    #: Token limit of one input, prefix included.
-    max_length: int
-    query_prefix: str
-    passage_prefix: str
-    #: Whether batches are packed without padding (the token budget then counts real tokens).
-    packed: bool
-
-    def embed_queries(self, texts: Sequence[str]) -> Vectors: ...
-
-    def embed_passages(self, texts: Sequence[str]) -> Vectors: ...
-
-    def token_spans(self, text: str) -> TokenSpans:
-        """Character (start, end) of each token of `text`, special tokens excluded."""
-        ...
-
-    def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
-        """Inputs for texts whose prefixes are already applied, cut at `max_length`."""
-        ...
-
-    def collate(self, inputs: Sequence[ModelInput]) -> Any:
-        """A batch ready for `forward` (host thread)."""
-        ...
-
-    def forward(self, batch: Any) -> Vectors:
-        """One forward pass over a collated batch (model thread)."""
-        ...
-
-
-class Scorer(Protocol):
-    """A cross-encoder: one relevance logit per (query, passage) pair."""
-
-    model_id: str
-    packed: bool
-
-    def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]: ...
-
-    def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
-        """The float32 logit of each text pair, cut to fit the model, in one forward pass."""
-        ...
-
-    def plan_windows(
-        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
-    ) -> WindowPlan:
-        """Split each document (cut at `max_tokens_per_doc`) into overlapping windows that fit
-        the model together with the query, which is capped at a quarter of the budget."""
-        ...
-
-    def collate(self, inputs: Sequence[ModelInput]) -> Any:
-        """A batch ready for `forward` (host thread)."""
-        ...
-
-    def forward(self, batch: Any) -> NDArray[np.float32]:
-        """One forward pass over a collated batch: the float32 logit of each input."""
-        ...
 
 
 @contextmanager
@@ -123,49 +65,9 @@ def _device_errors() -> Iterator[None]:
         raise
 
 
-def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
-    """Sigmoid of the logits, computed in float64 so large logits do not saturate early."""
-    return np.asarray(1.0 / (1.0 + np.exp(-logits.astype(np.float64))), dtype=np.float64)
-
-
-_Model = TypeVar("_Model")
-
-
-def local_model_folder(model_id: str) -> Path | None:
-    """The folder a model setting names, when it names one that exists (else a hub id)."""
-    folder = Path(model_id).expanduser()
-    return folder if folder.is_dir() else None
-
-
-def error_summary(exc: BaseException) -> str:
-    """`Type: first line of the message`, for errors that name a model and a setting."""
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
-
-
-def load_model(role: str, model_id: str, setting: str, loader: Callable[[str], _Model]) -> _Model:
-    """Load a model by local path or hub id, turning every failure into a `ModelLoadError`."""
-    local = Path(model_id).expanduser()
-    if model_id.startswith((".", "/", "~")) and not local.exists():
-        raise ModelLoadError(
-            f"The {role} model folder {model_id!r} does not exist. "
-            f"Set {setting} to a model folder or a Hugging Face model id."
-        )
-    source = str(local) if local.exists() else model_id
-    try:
-        return loader(source)
-    except Exception as exc:
-        raise ModelLoadError(
-            f"Could not load the {role} model {model_id!r}: {error_summary(exc)} "
-            f"If the Hugging Face Hub is unreachable and the model is not cached, download it "
-            f"elsewhere and set {setting} to its local folder (or point HF_HOME at a cache "
-            f"that holds it)."
-        ) from exc
-
-
 def resolve_packed(setting: str, placement: Placement) -> bool:
     """`auto` packs on CUDA (padding-free, varlen attention) and pads on the CPU, where
-    packing measured no faster (README, performance)."""
+    packing measured no faster (docs/performance.md)."""
     if setting not in ("auto", "on", "off"):
         raise SettingsError(f"{env_name('packed')} must be one of auto, on, off")
     if setting == "auto":

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from ragrank.tokens import ModelInput
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ragrank.tokens import ModelInput
 
 log = logging.getLogger(__name__)
 

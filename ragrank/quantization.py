@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from numpy.typing import NDArray
 from scipy.stats import spearmanr
 
 from ragrank import SAMPLE_DATASET
 from ragrank.documents import open_text, read_jsonl_documents
 
 if TYPE_CHECKING:
-    from ragrank.models import Pair
+    from collections.abc import Callable, Sequence
+
+    from numpy.typing import NDArray
+
+    from ragrank.protocols import Pair
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,16 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import qdrant_edge as edge
 
 from ragrank.errors import SettingsError
 from ragrank.settings import Settings, env_name
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: The name of the sparse vector in every collection.
 SPARSE_VECTOR = "bm25"
@@ -154,7 +156,7 @@ def sparse_encoder(settings: Settings) -> SparseEncoder | None:
         return QdrantBm25(params, settings.bm25_language)
     from transformers import AutoTokenizer
 
-    from ragrank.models import load_model
+    from ragrank.loading import load_model
 
     tokenizer = load_model(
         "embedding", settings.embed_model, env_name("embed_model"), AutoTokenizer.from_pretrained

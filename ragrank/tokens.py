@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 TokenIds = list[int]
 TokenSpans = list[tuple[int, int]]

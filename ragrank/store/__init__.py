@@ -4,7 +4,8 @@ in-process; a server (`RAGRANK_QDRANT_URL`) runs through qdrant-client."""
 
 from __future__ import annotations
 
-from ragrank.settings import Settings
+from typing import TYPE_CHECKING
+
 from ragrank.store.base import (
     POINT_NAMESPACE,
     TOP_LEVEL_FILTER_KEYS,
@@ -25,6 +26,9 @@ from ragrank.store.base import (
 )
 from ragrank.store.edge import EdgeStore
 from ragrank.store.server import CollectionLayout, ServerStore
+
+if TYPE_CHECKING:
+    from ragrank.settings import Settings
 
 
 def open_store(settings: Settings) -> Store:

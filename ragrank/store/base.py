@@ -7,16 +7,18 @@ import hashlib
 import json
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ragrank.documents import Candidate, Chunk, MetadataValue, passage_text
 from ragrank.errors import SparseVectorsMissingError
 from ragrank.settings import Settings, env_name
 from ragrank.sparse import SPARSE_VECTOR, SparseEncoder, SparseVector
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+
+    import numpy as np
 
 #: Fixed namespace so that point ids are the same on every machine and in every run.
 POINT_NAMESPACE = uuid.UUID("4f1f0c62-3c1b-5a57-9d0e-7a1d2c9b6e11")

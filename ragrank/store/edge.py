@@ -1,7 +1,7 @@
 """The embedded store: Qdrant Edge, Qdrant's own engine in-process (HNSW, WAL, payload
 indexes), one shard per collection under `RAGRANK_QDRANT_PATH/edge/`.
 
-Two properties of Edge's Python binding shape this class (both measured, see the README):
+Two properties of Edge's Python binding shape this class (both measured, see docs/deployment.md):
 - every call holds the interpreter lock for its whole length, so reads need no lock of ours
   and gain nothing from threads;
 - `optimize()` (building the HNSW graph) therefore stops every other thread of the process
@@ -17,10 +17,8 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import qdrant_edge as edge
@@ -42,6 +40,10 @@ from ragrank.store.base import (
     missing_sparse,
 )
 from ragrank.store.legacy import legacy_collections
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
 
 #: Edge writes the shard's configuration here; ragrank reads the vector size back from it.
 EDGE_CONFIG_FILE = "edge_config.json"

@@ -4,15 +4,16 @@ pickled into SQLite), and their migration into Qdrant Edge without re-embedding.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ragrank.errors import StoreError
 from ragrank.store.server import ServerStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from ragrank.store.edge import EdgeStore
 
 #: The local mode's catalogue of collections, at the top of its folder.

@@ -7,11 +7,14 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from ragrank.documents import Document, open_text, read_jsonl_documents
 from ragrank.errors import DocumentError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: query id → document id → graded relevance (0 kept: judged non-relevant).
 Qrels = Mapping[str, Mapping[str, int]]

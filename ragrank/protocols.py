@@ -1,0 +1,84 @@
+"""The two model roles as Protocols, with their aliases: an embedder (bi-encoder) and a scorer
+(cross-encoder). Torch-free, so that modules needing only these types stay light; the real
+implementations live in `ragrank.models`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ragrank.tokens import ModelInput, TokenSpans, WindowPlan
+
+Vectors = NDArray[np.float32]
+Pair = tuple[str, str]
+
+
+class Embedder(Protocol):
+    """Turns text into L2-normalised vectors, applying the query or passage prefix by role."""
+
+    model_id: str
+    dimension: int
+    #: Token limit of one input, prefix included.
+    max_length: int
+    query_prefix: str
+    passage_prefix: str
+    #: Whether batches are packed without padding (the token budget then counts real tokens).
+    packed: bool
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors: ...
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors: ...
+
+    def token_spans(self, text: str) -> TokenSpans:
+        """Character (start, end) of each token of `text`, special tokens excluded."""
+        ...
+
+    def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
+        """Inputs for texts whose prefixes are already applied, cut at `max_length`."""
+        ...
+
+    def collate(self, inputs: Sequence[ModelInput]) -> Any:
+        """A batch ready for `forward` (host thread)."""
+        ...
+
+    def forward(self, batch: Any) -> Vectors:
+        """One forward pass over a collated batch (model thread)."""
+        ...
+
+
+class Scorer(Protocol):
+    """A cross-encoder: one relevance logit per (query, passage) pair."""
+
+    model_id: str
+    packed: bool
+
+    def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]: ...
+
+    def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
+        """The float32 logit of each text pair, cut to fit the model, in one forward pass."""
+        ...
+
+    def plan_windows(
+        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
+    ) -> WindowPlan:
+        """Split each document (cut at `max_tokens_per_doc`) into overlapping windows that fit
+        the model together with the query, which is capped at a quarter of the budget."""
+        ...
+
+    def collate(self, inputs: Sequence[ModelInput]) -> Any:
+        """A batch ready for `forward` (host thread)."""
+        ...
+
+    def forward(self, batch: Any) -> NDArray[np.float32]:
+        """One forward pass over a collated batch: the float32 logit of each input."""
+        ...
+
+
+def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
+    """Sigmoid of the logits, computed in float64 so large logits do not saturate early."""
+    return np.asarray(1.0 / (1.0 + np.exp(-logits.astype(np.float64))), dtype=np.float64)
