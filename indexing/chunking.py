@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ragrank.documents import Chunk, Document
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 TokenSpans = list[tuple[int, int]]
 

@@ -17,15 +17,18 @@ import time
 from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from indexing.chunking import Chunker
-from ragrank.documents import Chunk, Document
-from ragrank.models import Embedder
-from ragrank.settings import Settings
 from ragrank.sparse import SparseEncoder, sparse_encoder
 from ragrank.store import DocumentStamp, Store, sparse_stamp
+
+if TYPE_CHECKING:
+    from ragrank.documents import Chunk, Document
+    from ragrank.protocols import Embedder
+    from ragrank.settings import Settings
 
 #: Metadata that changes without the document changing (a file's mtime): not hashed.
 VOLATILE_METADATA = frozenset({"modified"})

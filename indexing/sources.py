@@ -3,13 +3,16 @@ and HTML files."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from html.parser import HTMLParser
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ragrank.documents import Document, read_jsonl_documents
 from ragrank.errors import DocumentError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 TEXT_SUFFIXES = (".txt", ".md", ".html", ".htm")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")

@@ -6,18 +6,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from indexing.jobs import Job, JobStore
 from indexing.pipeline import Indexer, IndexSummary
 from indexing.sources import read_documents
-from ragrank.documents import Document
 from ragrank.errors import StoreUnreachableError
-from ragrank.models import Embedder
-from ragrank.settings import Settings
-from ragrank.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
+
+    from indexing.jobs import Job, JobStore
+    from ragrank.documents import Document
+    from ragrank.protocols import Embedder
+    from ragrank.settings import Settings
+    from ragrank.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -175,3 +180,23 @@ class Worker:
         present = doc_id in store.stored_documents([doc_id])
         store.delete_documents([doc_id])
         return {"deleted": int(present)}, []
+
+
+@contextmanager
+def worker_thread(
+    settings: Settings, embedder: Embedder, store: Store, jobs: JobStore
+) -> Iterator[Worker]:
+    """The worker on a thread of this process, sharing a server's models and store: an embedded
+    Qdrant folder can be open in one process only. Stops, and waits for the job in hand, on
+    exit."""
+    worker = Worker.from_settings(
+        settings, embedder, store, jobs, optimize_when_idle=True, alongside_searches=True
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
+    thread.start()
+    try:
+        yield worker
+    finally:
+        stop.set()
+        thread.join()

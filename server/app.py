@@ -3,22 +3,19 @@ demo, ready-made `Services`)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 from litestar import Litestar
-from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
-from indexing.jobs import JobStore
-from indexing.worker import Worker
+from indexing import JobStore
 from ragrank import __version__
-from ragrank.settings import Settings
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS, body_too_large
@@ -30,16 +27,26 @@ from server.schemas import complete_request_schemas
 from server.services import SearchService, Services
 from server.strict import strict_body
 
+if TYPE_CHECKING:
+    from litestar.datastructures import State
+
+    from ragrank.settings import Settings
+
+#: Something that runs for as long as the app serves, with the app's services and job queue:
+#: `ragrank serve` hands in the indexing worker this way on an embedded Qdrant folder, which only
+#: one process may open.
+Companion = Callable[[Services, JobStore], AbstractContextManager[object]]
+
 
 def create_app(
-    settings: Settings, *, services: Services | None = None, run_worker: bool | None = None
+    settings: Settings,
+    *,
+    services: Services | None = None,
+    alongside: Sequence[Companion] = (),
 ) -> Litestar:
     """Build the Litestar app. Without `services`, models and store load at startup from
-    `settings` and are closed at shutdown; given ones stay owned by the caller.
-
-    `run_worker` runs the indexing worker on a thread of this process; by default it does when
-    the app loads its own services on an embedded Qdrant folder, which only one process may
-    open (`ragrank serve` asks for it whenever the folder is embedded)."""
+    `settings` and are closed at shutdown; given ones stay owned by the caller. Each of
+    `alongside` is entered once the services are ready and left before they close."""
     jobs: list[JobStore] = []  # opened on first use
 
     def provide_jobs() -> JobStore:
@@ -58,11 +65,9 @@ def create_app(
                 instrument(search_service.embed_engine)
                 instrument(search_service.score_engine)
                 app.state.search_service = search_service
-                in_process = settings.uses_embedded_qdrant and owned
-                if run_worker if run_worker is not None else in_process:
-                    with _worker_thread(settings, ready, provide_jobs()):
-                        yield
-                else:
+                async with AsyncExitStack() as companions:
+                    for companion in alongside:
+                        companions.enter_context(companion(ready, provide_jobs()))
                     yield
         finally:
             if owned:
@@ -114,24 +119,3 @@ def serve(app: Litestar, settings: Settings) -> None:
     import uvicorn
 
     uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False)
-
-
-@contextmanager
-def _worker_thread(settings: Settings, services: Services, jobs: JobStore) -> Iterator[None]:
-    """The indexing worker on a thread of this process, sharing its models and store."""
-    worker = Worker.from_settings(
-        settings,
-        services.embedder,
-        services.store,
-        jobs,
-        optimize_when_idle=True,
-        alongside_searches=True,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()

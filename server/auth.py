@@ -6,18 +6,21 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
-from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.spec import Reference, SecurityScheme
 
 from ragrank.errors import SettingsError
 from ragrank.settings import Settings, env_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from litestar.connection import ASGIConnection
+    from litestar.handlers.base import BaseRouteHandler
 
 #: Handler `opt` keys: `public` routes need no key; `writes` routes need a full key.
 PUBLIC = "public"

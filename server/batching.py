@@ -19,10 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ragrank.errors import (
     BatchTooLargeError,
@@ -34,6 +33,9 @@ from ragrank.errors import (
     RagrankError,
     RequestTimeoutError,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
 

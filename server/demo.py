@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from eval.beir import BeirDataset, load_beir
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import BeirDataset, load_beir
 from ragrank.device import resolve_placement
-from ragrank.settings import Settings
 from server.app import create_app
 from server.app import serve as serve_app
 from server.services import SearchOutcome, SearchService, Services
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ragrank.settings import Settings
 
 #: Queries shown by the demo: English, French and Japanese, with labelled answers.
 EXAMPLE_QUERIES = ("q04", "q08", "q13")

@@ -7,7 +7,7 @@ from litestar import delete, get, post
 from litestar.exceptions import NotFoundException
 from litestar.status_codes import HTTP_202_ACCEPTED
 
-from indexing.jobs import JobStore
+from indexing import JobStore
 from ragrank.documents import Document
 from server.auth import WRITES
 from server.schemas import (

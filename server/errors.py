@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
@@ -33,6 +32,9 @@ from ragrank.errors import (
 from ragrank.settings import env_name
 from server.metrics import ERRORS
 from server.schemas import NON_BLANK, ErrorDetail, ErrorResponse
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 log = logging.getLogger("ragrank.server")
 

@@ -3,9 +3,8 @@ model work, and written into the OpenAPI schema the server serves, so both say t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from litestar.openapi.spec import OpenAPI, Schema
 
@@ -19,6 +18,9 @@ from server.schemas import (
     SearchRequest,
     TeiRerankRequest,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,13 @@ middleware; the batching engines report what each forward pass held."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from prometheus_client import Counter, Gauge, Histogram
 
-from server.batching import BatchEngine, BatchStats
+if TYPE_CHECKING:
+    from server.batching import BatchEngine, BatchStats
 
 _ENGINE = ["engine"]
 

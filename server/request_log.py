@@ -8,12 +8,15 @@ import logging
 import re
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from litestar.datastructures import MutableScopeHeaders
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragrank.logs import REQUEST_ID
+
+if TYPE_CHECKING:
+    from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = "x-request-id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from litestar import Request, Response, get, post
@@ -14,7 +13,7 @@ from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
 from ragrank.errors import ClientDisconnectedError
-from ragrank.models import relevance
+from ragrank.protocols import relevance
 from server.auth import PUBLIC
 from server.schemas import (
     MODEL_ERRORS,
@@ -40,6 +39,9 @@ from server.schemas import (
     TokenUsage,
 )
 from server.services import SearchService
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
 
 _Result = TypeVar("_Result")
 

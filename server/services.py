@@ -8,16 +8,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ragrank.device import batch_limits, resolve_placement
-from ragrank.documents import Candidate, MetadataValue
 from ragrank.errors import (
     EngineUnavailableError,
     InvalidRequestError,
@@ -26,19 +24,18 @@ from ragrank.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from ragrank.models import (
-    CrossEncoderScorer,
-    Embedder,
-    Scorer,
-    SentenceTransformerEmbedder,
-    relevance,
-)
+from ragrank.protocols import Embedder, Scorer, relevance
 from ragrank.settings import Settings, env_name
 from ragrank.sparse import SparseEncoder, SparseVector, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
-from ragrank.tokens import ModelInput
 from server.batching import BatchEngine, BatchPolicy, EngineLimits
 from server.metrics import RERANK_FALLBACKS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from ragrank.documents import Candidate, MetadataValue
+    from ragrank.tokens import ModelInput
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +70,8 @@ class Services:
     @classmethod
     def load(cls, settings: Settings) -> Services:
         """Load both models and open the store; the collection is created if missing."""
+        from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+
         embedder = SentenceTransformerEmbedder.from_settings(settings)
         scorer = CrossEncoderScorer.from_settings(settings)
         sparse = sparse_encoder(settings)

@@ -6,15 +6,19 @@ accepts."""
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from litestar import Request
 from litestar.exceptions import ValidationException
 
-from ragrank.settings import Settings
 from server.limits import check_limits
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from litestar import Request
+
+    from ragrank.settings import Settings
 
 _PATH = re.compile(r" - at (?:`key` in )?`\$\.?([^`]*)`$")
 
