@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.embedding_cache import model_fingerprint
+from eval.options import TOP_K, EvalOptions
 from eval.report import build_report, print_table, write_report
-from eval.suite import RERANKED, TOP_K, EvalOptions, StoreFactory, evaluate_datasets
+from eval.suite import RERANKED, StoreFactory, evaluate_datasets
 from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
-from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import EdgeStore, IndexTuning, Store, open_store, sparse_stamp
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from ragrank.settings import Settings
 
 
 def default_output(now: datetime | None = None) -> Path:

@@ -11,12 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ragrank.models import Vectors, local_model_folder
+from ragrank.loading import local_model_folder
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from ragrank.protocols import Vectors
 
 #: Bump when the text given to the embedder changes (`Document.passage`: title, space, text).
 TEXT_FORMAT = "title-space-text/2"

@@ -3,13 +3,15 @@ the GPU when faiss was built with GPU support and CUDA is present."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
-from numpy.typing import NDArray
 
-from ragrank.models import Vectors
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from ragrank.protocols import Vectors
 
 
 def faiss_gpu_available() -> bool:

@@ -7,12 +7,13 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import stats
 
-from eval.beir import Qrels
+if TYPE_CHECKING:
+    from ragrank.beir import Qrels
 
 #: query id → document id → score, as a run is written in TREC and ranx.
 Run = Mapping[str, Mapping[str, float]]

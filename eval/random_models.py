@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 ModelKind = Literal["embedder", "reranker"]
 

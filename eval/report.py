@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import platform
 import sys
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -26,7 +24,12 @@ from eval.metrics import (
     STAT_TESTS,
     Comparison,
 )
-from eval.suite import DatasetResult
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from eval.suite import DatasetResult
 
 LIBRARIES = (
     "ragrank",

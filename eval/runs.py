@@ -5,20 +5,23 @@ search: dense (ANN), BM25 sparse, and hybrid (both fused), as the server runs th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
-from eval.exact import ExactIndex
-from eval.metrics import Run
 from ragrank.documents import Chunk, Document
-from ragrank.models import Scorer, Vectors
-from ragrank.sparse import SparseVector
-from ragrank.store import Fusion, Store
-from ragrank.tokens import ModelInput
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from eval.exact import ExactIndex
+    from eval.metrics import Run
+    from ragrank.protocols import Scorer, Vectors
+    from ragrank.sparse import SparseVector
+    from ragrank.store import Fusion, Store
+    from ragrank.tokens import ModelInput
 
 
 def exact_run(

@@ -9,15 +9,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
-from eval.beir import BeirDataset, load_beir
 from eval.embedding_cache import EmbeddingCache, cache_key
 from eval.exact import ExactIndex
 from eval.metrics import Comparison, SystemScores, compare, oracle_ndcg, score_run
+from eval.options import TOP_K, EvalOptions
 from eval.runs import (
     exact_run,
     index_corpus,
@@ -25,15 +25,20 @@ from eval.runs import (
     rerank_run,
     store_run,
 )
+from ragrank.beir import BeirDataset, load_beir
 from ragrank.errors import DocumentError, SettingsError
-from ragrank.models import Embedder, Scorer, Vectors
-from ragrank.settings import FUSIONS
-from ragrank.sparse import SparseEncoder
 from ragrank.store import Fusion, Store
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from eval.metrics import Run
+    from ragrank.beir import Qrels
+    from ragrank.protocols import Embedder, Scorer, Vectors
+    from ragrank.sparse import SparseEncoder
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("cosine", "reranked", "ann", "bm25", "hybrid", "hybrid-reranked")
 #: The systems computed through Qdrant, and those of them that need BM25 vectors.
 STORE_SYSTEMS = ("ann", "bm25", "hybrid", "hybrid-reranked")
 SPARSE_SYSTEMS = ("bm25", "hybrid", "hybrid-reranked")
@@ -42,61 +47,9 @@ RERANKED = {"reranked": "cosine", "hybrid-reranked": "hybrid"}
 #: The first stage of `--baseline-embed-model`: the model the evaluated embedder is compared
 #: against (e.g. the one it was fine-tuned from).
 BASELINE_COSINE = "cosine-baseline"
-#: Depth of the first-stage run: Recall@100 and MAP@100 need 100 documents.
-TOP_K = 100
-
 #: Opens the Qdrant collection for one dataset's ANN run; the argument is a cache key that
 #: names the embeddings, so a server collection can be reused by a later run.
 StoreFactory = Callable[[str, str], AbstractContextManager[Store]]
-
-
-@dataclass(frozen=True)
-class EvalOptions:
-    systems: tuple[str, ...] = SYSTEMS
-    split: str = "test"
-    #: How many of the cosine top documents the cross-encoder reranks.
-    candidates: int = 100
-    limit_queries: int | None = None
-    #: Where corpus embeddings are cached; None turns the cache off.
-    cache_dir: Path | None = None
-    rerank_batch_size: int = 16
-    rerank_batch_tokens: int = 8_192
-    encode_batch: int = 256
-    #: How `hybrid` fuses its dense and BM25 lists, as the server's `fusion` and `rrf_k`.
-    fusion: str = "dbsf"
-    rrf_k: int = 2
-    rrf_dense_weight: float = 1.0
-    rrf_sparse_weight: float = 1.0
-    #: The depth of oracle@K (the best reordering of each system's top K); None: candidates.
-    oracle_k: int | None = None
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        unknown = set(self.systems) - set(SYSTEMS)
-        if unknown:
-            raise SettingsError(
-                f"--systems: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SYSTEMS)}"
-            )
-        if not 1 <= self.candidates <= TOP_K:
-            raise SettingsError(f"--candidates must be between 1 and {TOP_K}")
-        if self.limit_queries is not None and self.limit_queries < 1:
-            raise SettingsError("--limit-queries must be at least 1")
-        if self.fusion not in FUSIONS:
-            raise SettingsError(f"--fusion must be one of {', '.join(FUSIONS)}")
-        if self.rrf_k < 1:
-            raise SettingsError("--rrf-k must be at least 1")
-        for flag, weight in (
-            ("--rrf-dense-weight", self.rrf_dense_weight),
-            ("--rrf-sparse-weight", self.rrf_sparse_weight),
-        ):
-            if not 0.01 <= weight <= 100:
-                raise SettingsError(f"{flag} must be between 0.01 and 100")
-        if self.oracle_k is not None and not 1 <= self.oracle_k <= TOP_K:
-            raise SettingsError(f"--oracle-k must be between 1 and {TOP_K}")
-
-    @property
-    def oracle_depth(self) -> int:
-        return self.oracle_k or self.candidates
 
 
 @dataclass
@@ -164,24 +117,13 @@ def evaluate_dataset(
 
     index = ExactIndex(vectors)
     start = time.perf_counter()
-    runs = {"cosine": exact_run(index, list(queries), query_vectors, doc_ids, TOP_K)}
+    runs: dict[str, Run] = {
+        "cosine": exact_run(index, list(queries), query_vectors, doc_ids, TOP_K)
+    }
     timings["retrieval_ms_per_query"] = _per_query_ms(start, len(queries))
     timings["faiss_gpu"] = float(index.gpu)
     if baseline_embedder is not None:
-        baseline_vectors, _ = corpus_vectors(
-            baseline_embedder,
-            doc_ids,
-            [passages[d] for d in doc_ids],
-            corpus_key(baseline_embedder, dataset),
-            options,
-        )
-        runs[BASELINE_COSINE] = exact_run(
-            ExactIndex(baseline_vectors),
-            list(queries),
-            baseline_embedder.embed_queries(list(queries.values())),
-            doc_ids,
-            TOP_K,
-        )
+        runs[BASELINE_COSINE] = _cosine_run(baseline_embedder, dataset, queries, options)
 
     if any(name in options.systems for name in STORE_SYSTEMS):
         if open_store is None:
@@ -202,13 +144,45 @@ def evaluate_dataset(
                 f"recall@{k}": overlap_recall(runs["ann"], runs["cosine"], k) for k in (10, TOP_K)
             }
 
+    runs |= _reranked_runs(scorer, queries, runs, passages, options=options, timings=timings)
+    _score(result, qrels, runs, options)
+    return result
+
+
+def _cosine_run(
+    embedder: Embedder, dataset: BeirDataset, queries: Mapping[str, str], options: EvalOptions
+) -> Run:
+    """Exact cosine top-100 of one embedder (the corpus from the cache when it is there)."""
+    doc_ids = list(dataset.corpus)
+    vectors, _ = corpus_vectors(
+        embedder,
+        doc_ids,
+        [dataset.corpus[d].passage for d in doc_ids],
+        corpus_key(embedder, dataset),
+        options,
+    )
+    query_vectors = embedder.embed_queries(list(queries.values()))
+    return exact_run(ExactIndex(vectors), list(queries), query_vectors, doc_ids, TOP_K)
+
+
+def _reranked_runs(
+    scorer: Scorer | None,
+    queries: Mapping[str, str],
+    runs: Mapping[str, Run],
+    passages: Mapping[str, str],
+    *,
+    options: EvalOptions,
+    timings: dict[str, float],
+) -> dict[str, Run]:
+    """Each reranked system asked for: the cross-encoder over its first stage's top."""
+    reranked: dict[str, Run] = {}
     for name, first_stage in RERANKED.items():
         if name not in options.systems:
             continue
         if scorer is None:
             raise ValueError(f"the {name} system needs a reranking model")
         start = time.perf_counter()
-        runs[name], pairs = rerank_run(
+        reranked[name], pairs = rerank_run(
             scorer,
             queries,
             runs[first_stage],
@@ -221,7 +195,14 @@ def evaluate_dataset(
         label = "rerank" if name == "reranked" else name.replace("-", "_")
         timings[f"{label}_ms_per_query"] = _per_query_ms(start, len(queries))
         timings[f"{label}_pairs_per_s"] = pairs / max(time.perf_counter() - start, 1e-9)
+    return reranked
 
+
+def _score(
+    result: DatasetResult, qrels: Qrels, runs: Mapping[str, Run], options: EvalOptions
+) -> None:
+    """Metrics, oracle@K and the paired comparisons against cosine (and cosine against the
+    baseline embedder's, when there is one)."""
     result.oracle_k = options.oracle_depth
     result.oracle = {
         name: oracle_ndcg(qrels, run, options.oracle_depth)
@@ -242,7 +223,6 @@ def evaluate_dataset(
             result.scores,
             baseline=BASELINE_COSINE,
         )
-    return result
 
 
 def _store_runs(

@@ -5,26 +5,27 @@ The saved folder is what `RAGRANK_EMBED_MODEL` points at, and it records its pre
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from eval.finetune.data import positives
-from eval.finetune.training import (
-    MODEL_FOLDER,
-    FinetuneOptions,
-    TrainingData,
+from eval.finetune.data import MODEL_FOLDER, TrainingData, positives
+from eval.finetune.trainer import (
     ValidationNdcg,
     baseline_metrics,
     open_run,
     train_and_report,
     training_arguments,
 )
-from eval.metrics import Run
 from ragrank.errors import ModelLoadError
-from ragrank.models import load_model
+from ragrank.loading import load_model
 from ragrank.settings import Settings, env_name
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from eval.metrics import Run
+    from eval.options import FinetuneOptions
 
 
 def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
@@ -66,6 +67,7 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
     arguments = training_arguments(
         options,
         run.device,
+        len(rows["anchor"]),
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         **({"prompts": prompts} if prompts else {}),
     )

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eval.finetune.data import positives
-from eval.finetune.training import (
-    MODEL_FOLDER,
-    FinetuneOptions,
-    TrainingData,
+from eval.finetune.data import MODEL_FOLDER, TrainingData, positives
+from eval.finetune.trainer import (
     ValidationNdcg,
     baseline_metrics,
     open_run,
@@ -22,8 +18,13 @@ from eval.finetune.training import (
 )
 from eval.metrics import Run, score_run
 from ragrank.errors import ModelLoadError
-from ragrank.models import load_model
+from ragrank.loading import load_model
 from ragrank.settings import Settings, env_name
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from eval.options import FinetuneOptions
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,10 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
         loss: Any = BinaryCrossEntropyLoss(encoder, pos_weight=torch.tensor(ratio))
     else:
         loss = ListNetLoss(encoder)
+    examples = len(next(iter(rows.values())))
     trainer = CrossEncoderTrainer(
         model=encoder,
-        args=CrossEncoderTrainingArguments(**training_arguments(options, run.device)),
+        args=CrossEncoderTrainingArguments(**training_arguments(options, run.device, examples)),
         train_dataset=Dataset.from_dict(rows),
         loss=loss,
         evaluator=validation,
@@ -76,7 +78,7 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
         options,
         trainer=trainer,
         baseline=baseline,
-        examples=len(next(iter(rows.values()))),
+        examples=examples,
         details={
             "validation_first_stage": _first_stage(validation, data),
             "head": head,

@@ -32,11 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -44,15 +43,21 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from eval.beir import load_beir
+from eval.bench.options import DEFAULT_DATA, BenchOptions
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
 from ragrank.errors import RagrankError
-from ragrank.models import CrossEncoderScorer, Pair
+from ragrank.models import CrossEncoderScorer
+from ragrank.options import add_options, options_from_args
 
-RUNS = ("ceiling", "ragrank", "ragrank-int8", "arrival", "request", "infinity")
-DEFAULT_DATA = Path("../shared/data/scifact")
-#: Targets of issue 3 on a 2-core CPU: (numerator, denominator, least ratio).
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from ragrank.device import Placement
+    from ragrank.protocols import Pair
+
+#: What the server must reach on a 2-core CPU: (numerator, denominator, least ratio).
 TARGETS = (
     ("ragrank", "ceiling", 0.9),
     ("ragrank-int8", "ceiling-int8", 0.9),
@@ -289,67 +294,35 @@ def _ratio(results: dict[str, RunResult], top: str, bottom: str) -> float | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m eval.bench.load`: the same flags as `ragrank bench`."""
     parser = argparse.ArgumentParser(
-        prog="ragrank bench",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        prog="ragrank bench", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    add_options(parser, BenchOptions)
+    return run(options_from_args(BenchOptions, parser.parse_args(argv)))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model",
-        help="reranker folder or hub id (default: a MiniLM-L6-shaped cross-encoder built from "
-        "the all-MiniLM-L6-v2 weights with a fresh one-logit head; its scores mean nothing)",
-    )
-    parser.add_argument(
-        "--data",
-        type=Path,
-        help=f"BEIR folder for queries and documents (default: {DEFAULT_DATA} if present, "
-        "else the bundled sample)",
-    )
-    parser.add_argument("--clients", type=int, default=16, help="concurrent clients (16)")
-    parser.add_argument("--documents", type=int, default=32, help="documents per request (32)")
-    parser.add_argument("--rounds", type=int, default=2, help="requests per client (2)")
-    parser.add_argument(
-        "--batch-sizes", type=int, nargs="+", default=[4, 8, 16, 32], help="ceiling sweep"
-    )
-    parser.add_argument(
-        "--runs", nargs="+", choices=RUNS, default=list(RUNS), help="what to measure (all)"
-    )
-    parser.add_argument("--infinity", help="the infinity_emb executable (found if installed)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda (auto)")
-    parser.add_argument(
-        "--out", type=Path, help="JSON report (eval-results/bench-load-<time>.json)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="workload seed (0)")
-    from eval.bench_host import add_arguments as add_host_arguments
-
-    add_host_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(options: BenchOptions) -> int:
+    """The load benchmark (or, with `host_only`, the host-path one): prints, writes JSON."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    if args.host_only:
-        from eval.bench_host import run as run_host
+    if options.host_only:
+        from eval.bench.host import run as run_host
 
-        return run_host(args)
-    placement = resolve_placement(args.device)
-    gpu = placement.device.startswith("cuda")
-    runs = [r for r in args.runs if not (gpu and r == "ragrank-int8")]
-    data = args.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
-    out = args.out or Path("eval-results") / time.strftime("bench-load-%Y%m%d-%H%M%S.json")
-    with tempfile.TemporaryDirectory(prefix="ragrank-bench-") as scratch:
-        model = args.model or _build_minilm_reranker(Path(scratch) / "minilm-l6-reranker")
+        return run_host(options)
+    placement = resolve_placement(options.device)
+    data = options.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
+    out = options.out or Path("eval-results") / time.strftime("bench-load-%Y%m%d-%H%M%S.json")
+    with tempfile.TemporaryDirectory(prefix="ragrank-bench-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        model = options.model or _build_minilm_reranker(scratch / "minilm-l6-reranker")
         scorer = CrossEncoderScorer(model, placement=placement)
         workload = build_workload(
             scorer,
             data,
-            requests=args.clients * args.rounds,
-            documents=args.documents,
-            seed=args.seed,
+            requests=options.clients * options.rounds,
+            documents=options.documents,
+            seed=options.seed,
         )
         console.print(
             f"model {model} | {placement.device} {placement.dtype} | torch "
@@ -357,59 +330,64 @@ def run(args: argparse.Namespace) -> int:
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores\n"
             f"data {data}: {workload.describe()}"
         )
-        results: dict[str, RunResult] = {}
         report: dict[str, Any] = {
             "model": model,
             "device": placement.device,
             "data": str(data),
             "workload": workload.describe(),
-            "clients": args.clients,
-            "documents": args.documents,
+            "clients": options.clients,
+            "documents": options.documents,
         }
-        ceiling, sweep = measure_ceiling(scorer, workload.pairs, args.batch_sizes)
+        bench = _Bench(options, model, placement.device.startswith("cuda"), workload, scratch)
+        results = bench.ceilings(scorer, placement, report)
+        results.update(bench.servers(results["ceiling"].batch_size))
+    report["runs"] = [r.summary() for r in results.values()]
+    report["ratios"] = _ratios(results)
+    _print(results, report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"wrote {out}")
+    return 0
+
+
+@dataclass
+class _Bench:
+    """One benchmark run's model, workload and scratch folder, shared by its measurements."""
+
+    options: BenchOptions
+    model: str
+    gpu: bool
+    workload: Workload
+    scratch: Path
+
+    @property
+    def runs(self) -> list[str]:
+        # int8 is a CPU backend.
+        return [r for r in self.options.runs if not (self.gpu and r == "ragrank-int8")]
+
+    def ceilings(
+        self, scorer: CrossEncoderScorer, placement: Placement, report: dict[str, Any]
+    ) -> dict[str, RunResult]:
+        """The model alone, in this process: the sweep, and the int8 backend at the best size."""
+        results: dict[str, RunResult] = {}
+        ceiling, sweep = measure_ceiling(scorer, self.workload.pairs, self.options.batch_sizes)
         results["ceiling"] = ceiling
         report["ceiling_sweep"] = {str(k): round(v, 3) for k, v in sweep.items()}
         console.print(f"ceiling: {ceiling.pairs_per_s:.1f} pairs/s at batch {ceiling.batch_size}")
-        best = ceiling.batch_size
-        if "ragrank-int8" in runs:
-            int8 = CrossEncoderScorer(model, placement=placement, backend="int8", min_agreement=-1)
+        if "ragrank-int8" in self.runs:
+            int8 = CrossEncoderScorer(
+                self.model, placement=placement, backend="int8", min_agreement=-1
+            )
             report["int8_agreement"] = asdict(int8.agreement) if int8.agreement else None
-            result, sweep = measure_ceiling(int8, workload.pairs, [best])
+            result, _ = measure_ceiling(int8, self.workload.pairs, [ceiling.batch_size])
             result.name = "ceiling-int8"
             results["ceiling-int8"] = result
             console.print(f"ceiling-int8: {result.pairs_per_s:.1f} pairs/s; {int8.agreement}")
-            del int8
+        return results
 
-        def ragrank(name: str, batching: str, backend: str) -> RunResult:
-            port = free_port()
-            env = {
-                **os.environ,
-                "RAGRANK_RERANK_MODEL": model,
-                "RAGRANK_EMBED_MODEL": _small_embedder(),
-                "RAGRANK_QDRANT_PATH": str(Path(scratch) / f"qdrant-{name}"),
-                "RAGRANK_QDRANT_URL": "",
-                "RAGRANK_HOST": "127.0.0.1",
-                "RAGRANK_PORT": str(port),
-                "RAGRANK_DEVICE": args.device,
-                "RAGRANK_RERANK_BATCH_SIZE": str(best),
-                "RAGRANK_REQUEST_TIMEOUT_S": "3600",
-                "RAGRANK_BATCHING": batching,
-                "RAGRANK_RERANK_BACKEND": backend,
-            }
-            return measure_server(
-                name,
-                [sys.executable, "-m", "ragrank.cli", "serve"],
-                env,
-                port=port,
-                path="/v1/rerank",
-                ready_path="/ready",
-                body=lambda q, docs: {"query": q, "documents": docs},
-                workload=workload,
-                clients=args.clients,
-                log=Path(scratch) / f"{name}.log",
-                batch_size=best,
-            )
-
+    def servers(self, best: int) -> dict[str, RunResult]:
+        """Each server run in `--runs`, at the ceiling's best batch size."""
+        results: dict[str, RunResult] = {}
         plan = {
             "ragrank": ("sorted", "torch"),
             "ragrank-int8": ("sorted", "int8"),
@@ -417,43 +395,72 @@ def run(args: argparse.Namespace) -> int:
             "request": ("request", "torch"),
         }
         for name, (batching, backend) in plan.items():
-            if name in runs:
-                results[name] = ragrank(name, batching, backend)
+            if name in self.runs:
+                results[name] = self.ragrank(name, batching, backend, best)
                 console.print(f"{name}: {results[name].pairs_per_s:.1f} pairs/s")
-        infinity = find_infinity(args.infinity) if "infinity" in runs else None
-        if infinity:
-            results["infinity"] = _infinity(
-                infinity,
-                model,
-                gpu=gpu,
-                batch_size=best,
-                workload=workload,
-                clients=args.clients,
-                scratch=Path(scratch),
-            )
-            console.print(f"infinity: {results['infinity'].pairs_per_s:.1f} pairs/s")
-        elif "infinity" in runs:
+        if "infinity" not in self.runs:
+            return results
+        infinity = find_infinity(self.options.infinity)
+        if infinity is None:
             console.print(
                 "infinity: skipped, no infinity_emb found (pip install "
                 "'infinity-emb[server,torch]' into .venv-infinity, or pass --infinity)"
             )
-    report["runs"] = [r.summary() for r in results.values()]
-    report["ratios"] = {
-        f"{top} / {bottom}": {
-            "ratio": None if (ratio := _ratio(results, top, bottom)) is None else round(ratio, 3),
-            "target": target,
+            return results
+        results["infinity"] = _infinity(
+            infinity,
+            self.model,
+            gpu=self.gpu,
+            batch_size=best,
+            workload=self.workload,
+            clients=self.options.clients,
+            scratch=self.scratch,
+        )
+        console.print(f"infinity: {results['infinity'].pairs_per_s:.1f} pairs/s")
+        return results
+
+    def ragrank(self, name: str, batching: str, backend: str, best: int) -> RunResult:
+        """`ragrank serve` in its own process, under the workload."""
+        port = free_port()
+        env = {
+            **os.environ,
+            "RAGRANK_RERANK_MODEL": self.model,
+            "RAGRANK_EMBED_MODEL": _small_embedder(),
+            "RAGRANK_QDRANT_PATH": str(self.scratch / f"qdrant-{name}"),
+            "RAGRANK_QDRANT_URL": "",
+            "RAGRANK_HOST": "127.0.0.1",
+            "RAGRANK_PORT": str(port),
+            "RAGRANK_DEVICE": self.options.device,
+            "RAGRANK_RERANK_BATCH_SIZE": str(best),
+            "RAGRANK_REQUEST_TIMEOUT_S": "3600",
+            "RAGRANK_BATCHING": batching,
+            "RAGRANK_RERANK_BACKEND": backend,
         }
+        return measure_server(
+            name,
+            [sys.executable, "-m", "ragrank.cli", "serve"],
+            env,
+            port=port,
+            path="/v1/rerank",
+            ready_path="/ready",
+            body=lambda q, docs: {"query": q, "documents": docs},
+            workload=self.workload,
+            clients=self.options.clients,
+            log=self.scratch / f"{name}.log",
+            batch_size=best,
+        )
+
+
+def _ratios(results: dict[str, RunResult]) -> dict[str, dict[str, float | None]]:
+    ratios: dict[str, dict[str, float | None]] = {
+        f"{top} / {bottom}": {"ratio": _round(_ratio(results, top, bottom)), "target": target}
         for top, bottom, target in TARGETS
     }
-    report["ratios"]["ragrank / request"] = {
+    ratios["ragrank / request"] = {
         "ratio": _round(_ratio(results, "ragrank", "request")),
         "target": None,
     }
-    _print(results, report)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    console.print(f"wrote {out}")
-    return 0
+    return ratios
 
 
 def _round(value: float | None) -> float | None:

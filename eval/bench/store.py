@@ -1,15 +1,15 @@
 """The embedded store at scale: Qdrant Edge against qdrant-client's local mode (the earlier
 embedded engine), on random 384-d unit vectors with payloads.
 
-    python -m eval.bench_store                       # 10k, 100k and 1M points
-    python -m eval.bench_store --sizes 10000 --queries 50
+    python -m eval.bench.store                       # 10k, 100k and 1M points
+    python -m eval.bench.store --sizes 10000 --queries 50
 
 Each engine and size runs in a process of its own, so that its RSS is its own. Reported: upsert
 rate (through the store's own write path, flush included), index build time, query p50/p99
 with and without a payload filter (one key, 10 % of the points), recall@10 against exact
 search, queries/s from one and two threads, disk and RSS. For Edge, it also sweeps `hnsw_ef`
 for the smallest value reaching recall@10 >= 0.9: random vectors are the graph's worst case,
-so this is a floor, not the default (that is set on real embeddings, see the README).
+so this is a floor, not the default (that is set on real embeddings, see docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -22,17 +22,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragrank.documents import Chunk
 from ragrank.settings import Settings
 from ragrank.store import EdgeStore, IndexTuning, ServerStore, Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 DIMENSION = 384
 LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pt", "ru", "zh")
@@ -187,7 +189,7 @@ def run_one(engine: str, size: int, queries: int, ef: int) -> dict[str, Any]:
         store.close()
         if engine == "edge":
             # What a restarted server holds: a fresh process opens the built shard and searches.
-            command = [sys.executable, "-m", "eval.bench_store", "--serving", str(path)]
+            command = [sys.executable, "-m", "eval.bench.store", "--serving", str(path)]
             done = subprocess.run(command, check=True, capture_output=True, text=True)
             result["serving_rss_mb"] = round(float(done.stdout.strip().splitlines()[-1]))
     return result
@@ -239,7 +241,7 @@ def _cell(value: object) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench_store", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eval.bench.store", description=__doc__)
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     parser.add_argument("--queries", type=int, default=200, help="query vectors per size")
     parser.add_argument(
@@ -274,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             if engine == "local" and size > args.local_max:
                 continue
             print(f"{engine} at {size:,} points ...", file=sys.stderr, flush=True)
-            command = [sys.executable, "-m", "eval.bench_store", "--one", engine, str(size)]
+            command = [sys.executable, "-m", "eval.bench.store", "--one", engine, str(size)]
             queries = args.queries if engine == "edge" else min(args.queries, args.local_queries)
             command += ["--queries", str(queries), "--ef", str(args.ef)]
             done = subprocess.run(

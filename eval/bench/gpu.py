@@ -26,23 +26,26 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from eval.beir import load_beir
-from eval.bench_load import RunResult, Workload, drive, free_port, server_process
+from eval.bench.load import RunResult, Workload, drive, free_port, server_process
 from eval.runs import token_batches
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
 from ragrank.device import Placement, resolve_placement
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.packing import VARLEN_BACKENDS
-from ragrank.tokens import ModelInput
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ragrank.tokens import ModelInput
 
 console = Console()
 
@@ -150,7 +153,7 @@ def scifact_requests(data: Path, queries: int, documents: int) -> list[tuple[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench_gpu", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eval.bench.gpu", description=__doc__)
     parser.add_argument("--device", default="auto", help="auto, cuda or cpu (auto)")
     parser.add_argument("--tiny", action="store_true", help="two-layer models: a CPU check")
     parser.add_argument("--queries", type=int, default=30, help="SciFact queries (30)")

@@ -1,6 +1,6 @@
 """Indexing throughput against the raw encoder on the same chunks.
 
-    python -m eval.bench_index --data ../shared/data/scifact --limit 1000
+    python -m eval.bench.index --data ../shared/data/scifact --limit 1000
 
 The documents are chunked once; the raw encoder then embeds every chunk passage in one call (its
 best case: one global length sort, no store). The indexer then syncs the same documents into a
@@ -17,22 +17,23 @@ import argparse
 import json
 import tempfile
 import time
-from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from indexing import Indexer
-from indexing.pipeline import IndexSummary
-from indexing.sources import read_documents
+from indexing import Indexer, IndexSummary, read_documents
 from ragrank import SAMPLE_DATASET
 from ragrank.models import SentenceTransformerEmbedder
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench_index", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eval.bench.index", description=__doc__)
     parser.add_argument("--data", type=Path, default=SAMPLE_DATASET, help="a BEIR folder")
     parser.add_argument("--limit", type=int, default=1000, help="documents to index")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")

@@ -1,6 +1,6 @@
 """Per-query latency of /v1/search's pipeline (embed, retrieve, rerank) on the bundled sample.
 
-    python -m eval.bench_query --candidates 20 50 --repeat 3
+    python -m eval.bench.query --candidates 20 50 --repeat 3
 
 Models and device come from the usual RAGRANK_* settings. The sample is indexed into a
 temporary embedded Qdrant, then every sample query runs `--repeat` times per candidate count,
@@ -13,18 +13,21 @@ import argparse
 import asyncio
 import platform
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from eval.beir import load_beir
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
 from ragrank.settings import Settings
 from server.services import SearchService, Services
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 STAGES = ("embed", "sparse", "retrieve", "rerank", "total")
 
@@ -46,7 +49,7 @@ async def _measure(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench_query", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eval.bench.query", description=__doc__)
     parser.add_argument("--candidates", type=int, nargs="+", default=[20, 50])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)

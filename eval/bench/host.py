@@ -15,7 +15,6 @@ server / tokenizer says how much of one core's tokenizing the whole server deliv
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -26,26 +25,28 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from eval.beir import load_beir
-from eval.bench_load import (
-    DEFAULT_DATA,
+from eval.bench.load import (
     RunResult,
     Workload,
     drive,
     free_port,
     server_process,
 )
+from eval.bench.options import DEFAULT_DATA
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
 from ragrank.errors import RagrankError
+
+if TYPE_CHECKING:
+    from eval.bench.options import BenchOptions
 
 console = Console()
 
-XLMR_TOKENIZER = Path("../shared/models/xlm-roberta-tokenizer/tokenizer.json.gz")
 CLIENTS = (4, 16, 64)
 TOKENIZER_BATCHES = (16, 32, 64)
 #: The ratio server / tokenizer at 16 clients that the host path must reach on 2 cores.
@@ -118,7 +119,7 @@ def _one_core_tokenizer(model: Path, pairs: list[tuple[str, str]], scratch: Path
     pairs_file = scratch / "pairs.json"
     pairs_file.write_text(json.dumps(pairs), encoding="utf-8")
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "eval.bench_host", "tokenizer", str(model), str(pairs_file)]
+    command = [sys.executable, "-m", "eval.bench.host", "tokenizer", str(model), str(pairs_file)]
     core = sorted(os.sched_getaffinity(0))[0]
     output = subprocess.run(
         ["taskset", "-c", str(core), *command] if _has_taskset() else command,
@@ -143,45 +144,24 @@ def _has_taskset() -> bool:
     return which("taskset") is not None
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host-only",
-        action="store_true",
-        help="measure the host path: the tokenizer alone on one core against /v1/rerank with a "
-        "zero-layer cross-encoder, at 4, 16 and 64 clients",
-    )
-    parser.add_argument(
-        "--host-requests",
-        type=int,
-        default=128,
-        help="--host-only: requests per client count (128)",
-    )
-    parser.add_argument(
-        "--tokenizer",
-        type=Path,
-        default=XLMR_TOKENIZER,
-        help=f"--host-only: the tokenizer.json(.gz) the zero-layer model uses ({XLMR_TOKENIZER})",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
+def run(options: BenchOptions) -> int:
     """The host-path benchmark: prints the table and the verdict, writes JSON."""
-    if not args.tokenizer.exists():
+    if not options.tokenizer.exists():
         raise RagrankError(
-            f"--host-only needs the XLM-R tokenizer at {args.tokenizer}; pass --tokenizer"
+            f"--host-only needs the XLM-R tokenizer at {options.tokenizer}; pass --tokenizer"
         )
-    data = args.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
-    out = args.out or Path("eval-results") / time.strftime("bench-host-%Y%m%d-%H%M%S.json")
+    data = options.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
+    out = options.out or Path("eval-results") / time.strftime("bench-host-%Y%m%d-%H%M%S.json")
     requests = build_requests(
-        data, requests=args.host_requests, documents=args.documents, seed=args.seed
+        data, requests=options.host_requests, documents=options.documents, seed=options.seed
     )
     pairs = [(query, doc) for query, docs in requests for doc in docs]
     with tempfile.TemporaryDirectory(prefix="ragrank-bench-host-") as scratch_dir:
         scratch = Path(scratch_dir)
-        model = build_zero_layer_model(args.tokenizer, scratch / "zero-layer")
+        model = build_zero_layer_model(options.tokenizer, scratch / "zero-layer")
         console.print(
             f"zero-layer XLM-R cross-encoder | {platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} cores | data {data}: {len(requests)} requests x {args.documents} "
+            f"{os.cpu_count()} cores | data {data}: {len(requests)} requests x {options.documents} "
             f"abstracts"
         )
         baseline = _one_core_tokenizer(model, pairs, scratch)
@@ -196,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             "RAGRANK_QDRANT_URL": "",
             "RAGRANK_HOST": "127.0.0.1",
             "RAGRANK_PORT": str(port),
-            "RAGRANK_DEVICE": args.device,
+            "RAGRANK_DEVICE": options.device,
             "RAGRANK_REQUEST_TIMEOUT_S": "3600",
             "RAGRANK_LOG_LEVEL": "WARNING",
         }
@@ -221,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
                 result = RunResult(f"server, {clients} clients", len(pairs), seconds, latencies)
                 results.append(result)
                 console.print(f"{result.name}: {result.pairs_per_s:.0f} pairs/s")
-    report = _report(results, baseline, data, args)
+    report = _report(results, baseline, data, options)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     console.print(f"wrote {out}")
@@ -229,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(
-    results: list[RunResult], baseline: RunResult, data: Path, args: argparse.Namespace
+    results: list[RunResult], baseline: RunResult, data: Path, options: BenchOptions
 ) -> dict[str, Any]:
     table = Table(title="host path: /v1/rerank with a zero-layer model vs the tokenizer alone")
     for column in ("run", "pairs/s", "p50 ms", "p99 ms", "x tokenizer"):
@@ -252,8 +232,8 @@ def _report(
     )
     return {
         "data": str(data),
-        "documents": args.documents,
-        "requests": args.host_requests,
+        "documents": options.documents,
+        "requests": options.host_requests,
         "cores": os.cpu_count(),
         "tokenizer_threads": os.environ.get("RAGRANK_TOKENIZER_THREADS", "auto"),
         "runs": [r.summary() for r in results],
@@ -263,10 +243,10 @@ def _report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m eval.bench_host tokenizer MODEL PAIRS_JSON`: the one-core tokenizer run."""
+    """`python -m eval.bench.host tokenizer MODEL PAIRS_JSON`: the one-core tokenizer run."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 3 or argv[0] != "tokenizer":
-        print("usage: python -m eval.bench_host tokenizer MODEL PAIRS_JSON", file=sys.stderr)
+        print("usage: python -m eval.bench.host tokenizer MODEL PAIRS_JSON", file=sys.stderr)
         return 2
     sweep = tokenizer_only(Path(argv[1]), Path(argv[2]), list(TOKENIZER_BATCHES))
     print(json.dumps(sweep))

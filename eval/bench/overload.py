@@ -1,4 +1,4 @@
-"""`python -m eval.bench_overload`: a `ragrank serve` process driven past its capacity.
+"""`python -m eval.bench.overload`: a `ragrank serve` process driven past its capacity.
 
 Three closed-loop phases of bounded length against `/v1/rerank`, each client sending its next
 request as soon as the last one is answered and never waiting for `Retry-After` (the worst
@@ -26,16 +26,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from eval.beir import load_beir
-from eval.bench_load import (
+from eval.bench.load import (
     _build_minilm_reranker,
     _small_embedder,
     free_port,
@@ -43,6 +41,10 @@ from eval.bench_load import (
     server_process,
 )
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass
@@ -140,7 +142,7 @@ def _bodies(documents: int) -> list[dict[str, Any]]:
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench_overload", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eval.bench.overload", description=__doc__)
     parser.add_argument("--model", help="reranker folder (default: the MiniLM-L6-shaped one)")
     parser.add_argument("--clients", type=int, default=4, help="clients at capacity (4)")
     parser.add_argument("--factor", type=int, default=4, help="overload multiple (4)")
@@ -220,7 +222,7 @@ def _report(
     for name, megabytes in memory:
         peak[name] = max(peak.get(name, 0.0), megabytes)
     return {
-        "command": "python -m eval.bench_overload "
+        "command": "python -m eval.bench.overload "
         + " ".join(sys.argv[1:] if argv is None else argv),
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "model": model,

@@ -1,0 +1,206 @@
+"""The options of `ragrank eval` and `ragrank finetune`: each field is one flag, with its type,
+default and help written once here (`ragrank.options` builds the flags). Light on purpose, so
+that `ragrank --help` imports no model code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ragrank.errors import SettingsError
+from ragrank.options import option
+from ragrank.settings import FUSIONS
+
+SYSTEMS = ("cosine", "reranked", "ann", "bm25", "hybrid", "hybrid-reranked")
+#: Depth of the first-stage run: Recall@100 and MAP@100 need 100 documents.
+TOP_K = 100
+#: Where corpus embeddings are kept between runs, keyed by model and corpus.
+EMBEDDING_CACHE = Path("ragrank-data/eval-cache")
+_NO_CACHE = ("--no-cache", "always embed the corpus")
+_NO_PROGRESS = "hide progress bars"
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """What `ragrank eval` evaluates, and where its report goes."""
+
+    datasets: tuple[Path, ...] = option(
+        help="a BEIR-format folder; repeat for several (one row each, plus a macro average)",
+        flag="--dataset",
+        metavar="DIR",
+        repeat=True,
+    )
+    output: Path | None = option(None, "report folder (default: eval-results/<UTC time>/)")
+    baseline_embed_model: str | None = option(
+        None,
+        "also run this embedder's cosine top-100 (cosine-baseline) and compare the configured "
+        "embedder against it, e.g. the model it was fine-tuned from",
+        metavar="MODEL",
+    )
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How `ragrank eval` runs: which systems, on which split, how deep."""
+
+    systems: tuple[str, ...] = option(
+        ("cosine", "reranked", "ann", "bm25", "hybrid"),
+        "runs, separated by commas or spaces: cosine (always run: the baseline), reranked "
+        "(cosine's top reranked), ann, bm25, hybrid, hybrid-reranked (hybrid's top reranked)",
+        choices=SYSTEMS,
+    )
+    split: str = option("test", "qrels/<split>.tsv to use")
+    candidates: int = option(100, "first-stage documents the cross-encoder reranks")
+    limit_queries: int | None = option(
+        None, "evaluate the first N judged queries of each dataset", metavar="N"
+    )
+    cache_dir: Path | None = option(EMBEDDING_CACHE, "corpus embedding cache", none_flag=_NO_CACHE)
+    rerank_batch_size: int = option(16, cli=False)
+    rerank_batch_tokens: int = option(8_192, cli=False)
+    encode_batch: int = option(256, cli=False)
+    fusion: str = option(
+        "dbsf",
+        "how hybrid fuses dense and BM25, as the server's",
+        setting="fusion",
+        choices=FUSIONS,
+    )
+    rrf_k: int = option(2, "RRF's k", setting="rrf_k")
+    rrf_dense_weight: float = option(
+        1.0, "RRF's weight of the dense list", setting="rrf_dense_weight"
+    )
+    rrf_sparse_weight: float = option(
+        1.0, "RRF's weight of the BM25 list", setting="rrf_sparse_weight"
+    )
+    oracle_k: int | None = option(
+        None,
+        "depth K of oracle@K, the best reordering of each system's top K (default: --candidates)",
+        metavar="K",
+    )
+    progress: bool = option(True, _NO_PROGRESS)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.systems) - set(SYSTEMS)
+        if unknown:
+            raise SettingsError(
+                f"--systems: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SYSTEMS)}"
+            )
+        if not 1 <= self.candidates <= TOP_K:
+            raise SettingsError(f"--candidates must be between 1 and {TOP_K}")
+        if self.limit_queries is not None and self.limit_queries < 1:
+            raise SettingsError("--limit-queries must be at least 1")
+        if self.fusion not in FUSIONS:
+            raise SettingsError(f"--fusion must be one of {', '.join(FUSIONS)}")
+        if self.rrf_k < 1:
+            raise SettingsError("--rrf-k must be at least 1")
+        for flag, weight in (
+            ("--rrf-dense-weight", self.rrf_dense_weight),
+            ("--rrf-sparse-weight", self.rrf_sparse_weight),
+        ):
+            if not 0.01 <= weight <= 100:
+                raise SettingsError(f"{flag} must be between 0.01 and 100")
+        if self.oracle_k is not None and not 1 <= self.oracle_k <= TOP_K:
+            raise SettingsError(f"--oracle-k must be between 1 and {TOP_K}")
+
+    @property
+    def oracle_depth(self) -> int:
+        return self.oracle_k or self.candidates
+
+
+LOSSES = ("bce", "listnet", "mnrl")
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    """The options of `ragrank finetune reranker|embedder`; `FINETUNE_ROLES` holds the defaults
+    that differ between the two."""
+
+    dataset: Path = option(help="BEIR folder to train on", metavar="DIR")
+    output: Path = option(
+        help="run folder: checkpoints, report and the model in model/ (rerun to resume)"
+    )
+    split: str = option("train", "qrels/<split>.tsv to train on")
+    held_out_split: str | None = option(
+        "test", "split whose queries are never trained or validated on ('none': no such split)"
+    )
+    base: str | None = option(
+        None, "model to start from (default: RAGRANK_RERANK_MODEL or RAGRANK_EMBED_MODEL)"
+    )
+    epochs: float = option(3.0, "training epochs")
+    learning_rate: float = option(3e-5, "peak learning rate")
+    warmup_ratio: float = option(0.06, "share of the steps spent warming up")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    batch_size: int = option(16, "examples per step")
+    loss: str = option("bce", "training loss", choices=LOSSES)
+    negatives: int = option(4, "hard negatives per query (reranker) or per example (embedder)")
+    mine_depth: int = option(30, "cosine top-k the negatives are drawn from")
+    near_duplicate: float = option(0.95, "skip candidates this cosine-similar to a positive")
+    validation_fraction: float = option(
+        0.1, "share of the training queries held out for validation"
+    )
+    validation_candidates: int = option(20, "cosine candidates per validation query")
+    max_length: int = option(256, "token limit while training")
+    seed: int = option(42, "seed of the split, the mining and the training")
+    max_steps: int | None = option(None, "stop after N steps (smoke runs)", metavar="N")
+    cache_dir: Path | None = option(
+        EMBEDDING_CACHE, "corpus embedding cache, shared with ragrank eval", none_flag=_NO_CACHE
+    )
+    progress: bool = option(True, _NO_PROGRESS)
+
+    def __post_init__(self) -> None:
+        if self.held_out_split is not None and self.held_out_split.lower() == "none":
+            object.__setattr__(self, "held_out_split", None)
+        checks = {
+            "--epochs must be above 0": self.epochs > 0,
+            "--learning-rate must be above 0": self.learning_rate > 0,
+            "--warmup-ratio must be in [0, 1)": 0 <= self.warmup_ratio < 1,
+            "--weight-decay must be at least 0": self.weight_decay >= 0,
+            "--batch-size must be at least 2": self.batch_size >= 2,
+            f"--loss must be one of {', '.join(LOSSES)}": self.loss in LOSSES,
+            "--negatives must be at least 1": self.negatives >= 1,
+            "--mine-depth must be above --negatives": self.mine_depth > self.negatives,
+            "--near-duplicate must be in (0, 1]": 0 < self.near_duplicate <= 1,
+            "--validation-fraction must be in (0, 0.5]": 0 < self.validation_fraction <= 0.5,
+            "--validation-candidates must be at least 10": self.validation_candidates >= 10,
+            "--max-length must be at least 16": self.max_length >= 16,
+            "--max-steps must be at least 1": self.max_steps is None or self.max_steps >= 1,
+        }
+        failed = [message for message, ok in checks.items() if not ok]
+        if failed:
+            raise SettingsError("; ".join(failed))
+        if self.held_out_split == self.split:
+            raise SettingsError(f"--held-out-split {self.split!r} is the training split")
+
+    def recorded(self) -> dict[str, Any]:
+        """The options that shape the run (not how it is shown), JSON-ready."""
+        shown = {"progress", "cache_dir"}
+        return {
+            f.name: str(value) if isinstance(value := getattr(self, f.name), Path) else value
+            for f in fields(self)
+            if f.name not in shown
+        }
+
+
+@dataclass(frozen=True)
+class FinetuneRole:
+    """What differs between fine-tuning the reranker and the embedder."""
+
+    help: str
+    losses: tuple[str, ...]
+    defaults: dict[str, Any]
+
+
+FINETUNE_ROLES = {
+    "reranker": FinetuneRole(
+        "train a one-logit cross-encoder (binary cross-entropy or ListNet); --base may be a "
+        "cross-encoder or a plain encoder, which gets a fresh head",
+        ("bce", "listnet"),
+        {"loss": "bce", "batch_size": 16, "negatives": 4},
+    ),
+    "embedder": FinetuneRole(
+        "train the bi-encoder with multiple negatives ranking (in-batch negatives plus the "
+        "mined ones), keeping the query/passage prefixes",
+        ("mnrl",),
+        {"loss": "mnrl", "batch_size": 32, "negatives": 1},
+    ),
+}
