@@ -1,6 +1,8 @@
-"""The `ragrank` command. Each subcommand builds `Settings` from the environment and its flags,
-then hands over to one front door (server, indexing); those are imported lazily so that
-`--help` stays fast."""
+"""The composition root: the one module that wires the front doors (`server`, `indexing`,
+`eval`) to the `ragrank` command; the rest of the core imports none of them. Each subcommand
+builds `Settings` from the environment and its flags, then hands over to one door. Doors are
+imported lazily, so that `--help` stays fast; the flags of `eval`, `finetune` and `bench` come
+from their options dataclasses (`ragrank.options`)."""
 
 from __future__ import annotations
 
@@ -8,32 +10,38 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from eval.bench.options import BenchOptions
+from eval.options import FINETUNE_ROLES, EvalOptions, EvalTarget, FinetuneOptions
 from ragrank import __version__
 from ragrank.errors import RagrankError
 from ragrank.logs import configure_logging
+from ragrank.options import add_options, options_from_args
 from ragrank.settings import PRESETS, Settings, env_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from contextlib import AbstractContextManager
+
+    from indexing import JobStore
+    from server import Services
+    from server.app import Companion
+
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 DEMO_COLLECTION = "ragrank-demo"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        from eval.bench_load import main as bench
-
-        run: Callable[[], int] = partial(bench, argv[1:])
-    else:
-        args = build_parser().parse_args(argv)
-        command: Callable[[argparse.Namespace], int] = args.run
-        run = partial(command, args)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    command: Callable[[argparse.Namespace], int] = args.run
     try:
         settings = Settings.from_env()
         configure_logging(settings.log_format, settings.log_level)
-        code: int = run()
+        code: int = partial(command, args)()
     except RagrankError as exc:
         print(f"ragrank: error: {exc}", file=sys.stderr)
         return 2
@@ -45,22 +53,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragrank",
-        description="Retrieval from Qdrant with cross-encoder reranking. Every flag has a "
-        "RAGRANK_* environment variable (see the README); flags win.",
+        description="Retrieval from Qdrant with cross-encoder reranking. Every model and store "
+        "flag has a RAGRANK_* environment variable (docs/configuration.md); flags win.",
     )
     parser.add_argument("--version", action="version", version=f"ragrank {__version__}")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    for add in (_add_serve, _add_index, _add_worker, _add_demo, _add_models, _add_store):
+        add(commands)
+    for add in (_add_eval, _add_finetune, _add_bench):
+        add(commands)
+    return parser
 
+
+def _add_serve(commands: Commands) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the REST API (/v1/search, /health, /ready, /schema)",
         description="Load the models, open Qdrant (embedded folder, or a server with "
-        "RAGRANK_QDRANT_URL) and serve the REST API.",
+        "RAGRANK_QDRANT_URL) and serve the REST API. On an embedded folder the indexing worker "
+        "runs in the same process.",
     )
     _add_common(serve)
     _add_listen(serve)
     serve.set_defaults(run=_serve)
 
+
+def _add_index(commands: Commands) -> None:
     index = commands.add_parser(
         "index",
         help="chunk, embed and upsert documents into Qdrant",
@@ -84,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     index.set_defaults(run=_index)
 
+
+def _add_worker(commands: Commands) -> None:
     worker = commands.add_parser(
         "worker",
         help="run the indexing worker: jobs from the API and watched folders",
@@ -96,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--watch", help="comma-separated folders to sync (RAGRANK_WATCH)")
     worker.set_defaults(run=_worker)
 
+
+def _add_demo(commands: Commands) -> None:
     demo = commands.add_parser(
         "demo",
         help="index the bundled sample corpus, show cosine vs reranked order, then serve",
@@ -111,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_demo)
 
+
+def _add_models(commands: Commands) -> None:
     model_files = commands.add_parser(
         "models",
         help="pull the configured models into the cache, or check that they load",
@@ -123,129 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(model_files)
     model_files.set_defaults(run=_models)
 
-    _add_store(commands)
 
-    _add_eval(commands)
-
-    finetune = commands.add_parser(
-        "finetune",
-        help="fine-tune the reranker or the embedder on a BEIR collection's relevance labels",
-        description="Domain adaptation: train on qrels/<split>.tsv with hard negatives mined "
-        "from the configured embedder's cosine top-k, validate on held-out train queries, keep "
-        "the best checkpoint by validation NDCG@10 and save a model folder for "
-        "RAGRANK_RERANK_MODEL or RAGRANK_EMBED_MODEL. Queries of --held-out-split are never "
-        "seen. Rerun the same command to resume an interrupted run.",
-    )
-    roles = finetune.add_subparsers(title="models", required=True, metavar="MODEL")
-    for role, defaults in FINETUNE_DEFAULTS.items():
-        _add_finetune(roles, role, defaults)
-
-    # Listed for --help only: `main` hands `bench ...` to eval.bench_load's own parser, so
-    # that its heavy imports stay out of the other commands.
-    commands.add_parser(
-        "bench",
-        help="load-test /v1/rerank against the model-only ceiling, other batching and "
-        "Infinity (ragrank bench --help)",
-    )
-    return parser
-
-
-#: Per-model defaults of `ragrank finetune`: (help, loss choices, batch size, negatives).
-FINETUNE_DEFAULTS: dict[str, tuple[str, tuple[str, ...], int, int]] = {
-    "reranker": (
-        "train a one-logit cross-encoder (binary cross-entropy or ListNet); --base may be a "
-        "cross-encoder or a plain encoder, which gets a fresh head",
-        ("bce", "listnet"),
-        16,
-        4,
-    ),
-    "embedder": (
-        "train the bi-encoder with multiple negatives ranking (in-batch negatives plus the "
-        "mined ones), keeping the query/passage prefixes",
-        ("mnrl",),
-        32,
-        1,
-    ),
-}
-
-
-def _add_finetune(
-    roles: argparse._SubParsersAction[argparse.ArgumentParser],
-    role: str,
-    defaults: tuple[str, tuple[str, ...], int, int],
-) -> None:
-    description, losses, batch_size, negatives = defaults
-    setting = "RAGRANK_RERANK_MODEL" if role == "reranker" else "RAGRANK_EMBED_MODEL"
-    parser = roles.add_parser(role, help=description, description=description + ".")
-    parser.add_argument("--dataset", required=True, type=Path, metavar="DIR", help="BEIR folder")
-    parser.add_argument(
-        "--output",
-        required=True,
-        type=Path,
-        help="run folder: checkpoints, report and the model in model/ (rerun to resume)",
-    )
-    parser.add_argument("--split", default="train", help="qrels/<split>.tsv to train on (train)")
-    parser.add_argument(
-        "--held-out-split",
-        default="test",
-        help="split whose queries are never trained or validated on ('none': no such split)",
-    )
-    parser.add_argument("--base", help=f"model to start from (default: {setting})")
-    parser.add_argument("--epochs", type=float, default=3.0, help="training epochs (3)")
-    parser.add_argument("--learning-rate", type=float, default=3e-5, help="peak rate (3e-5)")
-    parser.add_argument("--warmup-ratio", type=float, default=0.06, help="warm-up share (0.06)")
-    parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW decay (0.01)")
-    parser.add_argument(
-        "--batch-size", type=int, default=batch_size, help=f"examples per step ({batch_size})"
-    )
-    parser.add_argument(
-        "--loss", choices=losses, default=losses[0], help=f"training loss ({losses[0]})"
-    )
-    parser.add_argument(
-        "--negatives",
-        type=int,
-        default=negatives,
-        help=f"hard negatives per {'query' if role == 'reranker' else 'example'} ({negatives})",
-    )
-    parser.add_argument(
-        "--mine-depth", type=int, default=30, help="cosine top-k negatives are drawn from (30)"
-    )
-    parser.add_argument(
-        "--near-duplicate",
-        type=float,
-        default=0.95,
-        help="skip candidates this cosine-similar to a positive (0.95)",
-    )
-    parser.add_argument(
-        "--validation-fraction",
-        type=float,
-        default=0.1,
-        help="share of the training queries held out for validation (0.1)",
-    )
-    parser.add_argument(
-        "--validation-candidates",
-        type=int,
-        default=20,
-        help="cosine candidates per validation query (20)",
-    )
-    parser.add_argument(
-        "--max-length", type=int, default=256, help="token limit while training (256)"
-    )
-    parser.add_argument("--seed", type=int, default=42, help="split, mining and training (42)")
-    parser.add_argument("--max-steps", type=int, help="stop after N steps (smoke runs)")
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path("ragrank-data/eval-cache"),
-        help="corpus embedding cache, shared with ragrank eval",
-    )
-    parser.add_argument("--no-cache", action="store_true", help="always embed the corpus")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    _add_common(parser)
-    parser.set_defaults(run=_finetune, role=role)
-
-
-def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_eval(commands: Commands) -> None:
     evaluate = commands.add_parser(
         "eval",
         help="NDCG@10 of cosine, BM25, hybrid and reranked retrieval on BEIR datasets",
@@ -256,69 +159,45 @@ def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "CIs, per-query wins/ties/losses and each system's oracle@K (the best any reranker "
         "could do with its top K); writes report.json, report.md and plots to --output.",
     )
-    evaluate.add_argument(
-        "--dataset",
-        dest="datasets",
-        action="append",
-        required=True,
-        type=Path,
-        metavar="DIR",
-        help="a BEIR-format folder; repeat for several (one row each, plus a macro average)",
-    )
-    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to use (test)")
-    evaluate.add_argument(
-        "--systems",
-        default="cosine,reranked,ann,bm25,hybrid",
-        help="comma-separated runs: cosine (always run: the baseline), reranked (cosine's "
-        "top reranked), ann, bm25, hybrid, hybrid-reranked (hybrid's top reranked); default: "
-        "all but hybrid-reranked",
-    )
-    evaluate.add_argument(
-        "--candidates", type=int, default=100, help="first-stage documents reranked (100)"
-    )
-    evaluate.add_argument(
-        "--fusion",
-        choices=("rrf", "dbsf"),
-        help="how hybrid fuses dense and BM25 (default: RAGRANK_FUSION)",
-    )
-    evaluate.add_argument("--rrf-k", type=int, help="RRF's k (default: RAGRANK_RRF_K)")
-    for role in ("dense", "sparse"):
-        evaluate.add_argument(
-            f"--rrf-{role}-weight",
-            type=float,
-            help=f"RRF's weight of the {role} list (default: RAGRANK_RRF_{role.upper()}_WEIGHT)",
-        )
-    evaluate.add_argument(
-        "--oracle-k",
-        type=int,
-        help="depth K of oracle@K, the best reordering of each system's top K "
-        "(default: --candidates)",
-    )
-    evaluate.add_argument(
-        "--limit-queries", type=int, help="evaluate the first N judged queries of each dataset"
-    )
-    evaluate.add_argument(
-        "--output", type=Path, help="report folder (default: eval-results/<UTC time>/)"
-    )
-    evaluate.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path("ragrank-data/eval-cache"),
-        help="corpus embedding cache (ragrank-data/eval-cache)",
-    )
-    evaluate.add_argument(
-        "--baseline-embed-model",
-        metavar="MODEL",
-        help="also run this embedder's cosine top-100 (cosine-baseline) and compare the "
-        "configured embedder against it, e.g. the model it was fine-tuned from",
-    )
-    evaluate.add_argument("--no-cache", action="store_true", help="always embed the corpus")
-    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_options(evaluate, EvalTarget)
+    add_options(evaluate, EvalOptions)
     _add_common(evaluate)
     evaluate.set_defaults(run=_eval)
 
 
-def _add_store(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_finetune(commands: Commands) -> None:
+    finetune = commands.add_parser(
+        "finetune",
+        help="fine-tune the reranker or the embedder on a BEIR collection's relevance labels",
+        description="Domain adaptation: train on qrels/<split>.tsv with hard negatives mined "
+        "from the configured embedder's cosine top-k, validate on held-out train queries, keep "
+        "the best checkpoint by validation NDCG@10 and save a model folder for "
+        "RAGRANK_RERANK_MODEL or RAGRANK_EMBED_MODEL. Queries of --held-out-split are never "
+        "seen. Rerun the same command to resume an interrupted run.",
+    )
+    roles = finetune.add_subparsers(title="models", required=True, metavar="MODEL")
+    for role, spec in FINETUNE_ROLES.items():
+        parser = roles.add_parser(role, help=spec.help, description=spec.help + ".")
+        add_options(parser, FinetuneOptions, defaults=spec.defaults, choices={"loss": spec.losses})
+        _add_common(parser)
+        parser.set_defaults(run=_finetune, role=role)
+
+
+def _add_bench(commands: Commands) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="load-test /v1/rerank against the model-only ceiling, other batching and Infinity",
+        description="/v1/rerank under concurrent load against what the model alone can do: "
+        "the in-process ceiling, `ragrank serve` with sorted, arrival-order and per-request "
+        "batching, and Infinity on the same model when it is installed. --host-only measures "
+        "the host path with a zero-layer model instead. Prints pairs/s, p50/p99 latency and "
+        "the ratios; writes JSON.",
+    )
+    add_options(bench, BenchOptions)
+    bench.set_defaults(run=_bench)
+
+
+def _add_store(commands: Commands) -> None:
     store = commands.add_parser(
         "store",
         help="the store: migrate an earlier folder, add BM25 vectors, build the index, show "
@@ -389,11 +268,21 @@ def _serve(args: argparse.Namespace) -> int:
     services = Services.load(settings)
     try:
         # Only one process may open an embedded Qdrant folder: the API runs the worker then.
-        app = create_app(settings, services=services, run_worker=settings.uses_embedded_qdrant)
-        serve(app, settings)
+        alongside = [in_process_worker(settings)] if settings.uses_embedded_qdrant else []
+        serve(create_app(settings, services=services, alongside=alongside), settings)
     finally:
         services.store.close()
     return 0
+
+
+def in_process_worker(settings: Settings) -> Companion:
+    """The indexing worker as a companion of the API, on the API's models and store."""
+    from indexing import worker_thread
+
+    def companion(services: Services, jobs: JobStore) -> AbstractContextManager[object]:
+        return worker_thread(settings, services.embedder, services.store, jobs)
+
+    return companion
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -423,8 +312,7 @@ def _worker(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from indexing.jobs import JobStore
-    from indexing.worker import Worker
+    from indexing import JobStore, Worker
     from ragrank.models import SentenceTransformerEmbedder
     from ragrank.store import open_store
 
@@ -549,7 +437,6 @@ def _eval(args: argparse.Namespace) -> int:
         raise RagrankError(
             f"ragrank eval needs the package {exc.name!r}: pip install 'ragrank[eval]'"
         ) from exc
-    from eval.suite import EvalOptions
     from ragrank.device import batch_limits, resolve_placement
 
     settings = settings_from_args(args)
@@ -558,27 +445,16 @@ def _eval(args: argparse.Namespace) -> int:
         settings.rerank_batch_size,
         settings.rerank_batch_tokens,
     )
-    options = EvalOptions(
-        systems=tuple(name.strip() for name in args.systems.split(",") if name.strip()),
-        split=args.split,
-        candidates=args.candidates,
-        limit_queries=args.limit_queries,
-        cache_dir=None if args.no_cache else args.cache_dir,
-        rerank_batch_size=size,
-        rerank_batch_tokens=tokens,
-        fusion=args.fusion or settings.fusion,
-        rrf_k=args.rrf_k or settings.rrf_k,
-        rrf_dense_weight=args.rrf_dense_weight or settings.rrf_dense_weight,
-        rrf_sparse_weight=args.rrf_sparse_weight or settings.rrf_sparse_weight,
-        oracle_k=args.oracle_k,
-        progress=not args.no_progress,
+    options = options_from_args(
+        EvalOptions, args, settings, rerank_batch_size=size, rerank_batch_tokens=tokens
     )
+    target = options_from_args(EvalTarget, args)
     return run_eval(
         settings,
-        args.datasets,
+        target.datasets,
         options,
-        args.output or default_output(),
-        baseline_embed_model=args.baseline_embed_model,
+        target.output or default_output(),
+        baseline_embed_model=target.baseline_embed_model,
     )
 
 
@@ -586,8 +462,6 @@ def _finetune(args: argparse.Namespace) -> int:
     try:
         import accelerate  # noqa: F401  (the trainers need both; fail here, with the fix)
         import datasets  # noqa: F401
-
-        from eval.finetune.training import FinetuneOptions
 
         if args.role == "reranker":
             from eval.finetune.reranker import finetune_reranker as run
@@ -597,33 +471,14 @@ def _finetune(args: argparse.Namespace) -> int:
         raise RagrankError(
             f"ragrank finetune needs the package {exc.name!r}: pip install 'ragrank[finetune]'"
         ) from exc
-
-    held_out = None if args.held_out_split.lower() == "none" else args.held_out_split
-    options = FinetuneOptions(
-        dataset=args.dataset,
-        output=args.output,
-        base=args.base,
-        split=args.split,
-        held_out_split=held_out,
-        epochs=args.epochs,
-        learning_rate=args.learning_rate,
-        warmup_ratio=args.warmup_ratio,
-        weight_decay=args.weight_decay,
-        batch_size=args.batch_size,
-        loss=args.loss,
-        negatives=args.negatives,
-        mine_depth=args.mine_depth,
-        near_duplicate=args.near_duplicate,
-        validation_fraction=args.validation_fraction,
-        validation_candidates=args.validation_candidates,
-        max_length=args.max_length,
-        seed=args.seed,
-        max_steps=args.max_steps,
-        cache_dir=None if args.no_cache else args.cache_dir,
-        progress=not args.no_progress,
-    )
-    run(settings_from_args(args), options)
+    run(settings_from_args(args), options_from_args(FinetuneOptions, args))
     return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from eval.bench.load import run
+
+    return run(options_from_args(BenchOptions, args))
 
 
 def _demo(args: argparse.Namespace) -> int:
