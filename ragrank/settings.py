@@ -6,12 +6,14 @@ import dataclasses
 import json
 import os
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ragrank.errors import SettingsError
+
+if typing.TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ENV_PREFIX = "RAGRANK_"
 
@@ -65,125 +67,255 @@ def default_prefixes(embed_model: str) -> tuple[str, str]:
     return "", ""
 
 
+def setting(
+    default: Any,
+    doc: str,
+    *,
+    shown: str | None = None,
+    empty_is_value: bool = False,
+    secret: bool = False,
+) -> Any:
+    """A settings field with its documentation: `doc` says what it does, `shown` how its
+    default reads when the value alone would mislead (e.g. `0` meaning "per device").
+    `docs/configuration.md` is generated from these (`make docs`)."""
+    metadata = {"doc": doc, "shown": shown, "empty_is_value": empty_is_value}
+    return field(default=default, repr=not secret, metadata=metadata)
+
+
+def shown_default(f: dataclasses.Field[Any]) -> str:
+    """The default of a settings field as the configuration reference shows it."""
+    if f.metadata.get("shown"):
+        return str(f.metadata["shown"])
+    if f.default is None:
+        return "none"
+    if f.default == "":
+        return "empty"
+    return f"`{f.default}`"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every knob of ragrank. Each field `name` is read from the variable `RAGRANK_<NAME>`."""
 
-    embed_model: str = DEFAULT_EMBED_MODEL
-    rerank_model: str = DEFAULT_RERANK_MODEL
-    #: None means "derive from the embedding model's name" (see `default_prefixes`); an empty
-    #: variable means no prefix.
-    query_prefix: str | None = field(default=None, metadata={"empty_is_value": True})
-    passage_prefix: str | None = field(default=None, metadata={"empty_is_value": True})
+    embed_model: str = setting(DEFAULT_EMBED_MODEL, "bi-encoder: hub id or local folder")
+    rerank_model: str = setting(
+        DEFAULT_RERANK_MODEL, "one-logit cross-encoder: hub id or local folder"
+    )
+    query_prefix: str | None = setting(
+        None,
+        "prepended to queries before embedding; set it empty for none",
+        shown="`query: ` for e5 models, else empty",
+        empty_is_value=True,
+    )
+    passage_prefix: str | None = setting(
+        None,
+        "prepended to chunks before embedding",
+        shown="`passage: ` for e5 models, else empty",
+        empty_is_value=True,
+    )
 
-    qdrant_path: Path = Path("ragrank-data/qdrant")
-    qdrant_url: str | None = None
-    qdrant_api_key: str | None = field(default=None, repr=False)
-    collection: str = "ragrank"
-    #: Applied when ragrank creates the collection on a Qdrant server (cluster mode); an
-    #: existing collection keeps its own. The embedded store ignores them.
-    qdrant_shard_number: int = 1
-    qdrant_replication_factor: int = 1
-    qdrant_write_consistency_factor: int = 1
-    #: The vector index (HNSW) of a new collection: edges per node and build width; an
-    #: existing collection keeps its graph until rebuilt. The defaults are chosen by measured
-    #: recall against exact search (see the README's store section).
-    hnsw_m: int = 16
-    hnsw_ef_construct: int = 100
-    #: Candidates each search explores in the graph; more is slower and closer to exact.
-    hnsw_ef: int = 128
-    #: KiB of vectors from which a segment gets a graph; smaller ones are scanned exactly.
-    hnsw_indexing_threshold_kb: int = 10_000
-    #: The share of a segment's points deleted or overwritten from which the store rebuilds
-    #: it without them. 0 rebuilds any segment with a deletion at the next index build,
-    #: which keeps BM25's IDF statistics exact; higher rebuilds less often.
-    vacuum_deleted_ratio: float = 0.0
-    #: The BM25 sparse vector stored beside the dense one: `bm25` (Qdrant's BM25, a
-    #: multilingual word tokenizer), `subword` (the embedding model's tokenizer) or `none`.
-    #: It and the `bm25_*` settings are part of each document's stamp: a change re-indexes.
-    sparse: str = "bm25"
-    #: Stopwords and stemmer of `sparse=bm25`: a language name, or `none` for neither.
-    bm25_language: str = "english"
-    bm25_k: float = 1.2
-    bm25_b: float = 0.75
-    #: The chunk length, in terms, that BM25's length normalisation is relative to.
-    bm25_avg_len: float = 256.0
-    #: What a search retrieves its candidates with when the request does not say: `dense`,
-    #: `sparse` or `hybrid` (both, fused), and how: `dbsf` or `rrf` (with `rrf_k`). The
-    #: defaults measured best on SciFact and XQuAD-R (README, hybrid retrieval).
-    retrieval: str = "hybrid"
-    fusion: str = "dbsf"
-    rrf_k: int = 2
-    #: RRF's weights of the dense and the BM25 lists (Qdrant divides a list's positions by
-    #: its weight).
-    rrf_dense_weight: float = 1.0
-    rrf_sparse_weight: float = 1.0
+    qdrant_path: Path = setting(
+        Path("ragrank-data/qdrant"),
+        "the embedded store's folder (Qdrant Edge), used unless `RAGRANK_QDRANT_URL` is set",
+    )
+    qdrant_url: str | None = setting(
+        None, "a Qdrant server, e.g. `http://localhost:6333` or a Qdrant Cloud URL"
+    )
+    qdrant_api_key: str | None = setting(None, "the server's API key", secret=True)
+    collection: str = setting(
+        "ragrank",
+        "collection name; created (cosine, the model's dimension) if missing",
+        shown="`ragrank` (`ragrank-demo` for the demo)",
+    )
+    qdrant_shard_number: int = setting(
+        1,
+        "shards of a collection ragrank creates on a Qdrant server (cluster mode); an existing "
+        "collection keeps its own",
+    )
+    qdrant_replication_factor: int = setting(1, "copies of each shard across the cluster's nodes")
+    qdrant_write_consistency_factor: int = setting(
+        1, "copies a write waits for (at most the replication factor)"
+    )
+    hnsw_m: int = setting(16, "edges per node of the HNSW graph of a new collection")
+    hnsw_ef_construct: int = setting(100, "candidates considered while building the graph")
+    hnsw_ef: int = setting(
+        128,
+        "candidates each search explores in the graph (see [the "
+        "store](deployment.md#the-store-qdrant-edge-embedded-a-qdrant-server-at-scale))",
+    )
+    hnsw_indexing_threshold_kb: int = setting(
+        10_000, "KiB of vectors from which a segment gets a graph; smaller ones are scanned exactly"
+    )
+    vacuum_deleted_ratio: float = setting(
+        0.0,
+        "share of a segment's points deleted or overwritten from which an index build rebuilds it"
+        " without them; `0` rebuilds any segment with a deletion, which keeps BM25's IDF exact "
+        "(see [hybrid retrieval](retrieval.md))",
+    )
+    sparse: str = setting(
+        "bm25",
+        "the BM25 sparse vector stored beside the dense one: `bm25` (Qdrant's BM25, a "
+        "multilingual word tokenizer), `subword` (the embedding model's tokenizer) or `none` "
+        "(dense only); with the `RAGRANK_BM25_*` settings, part of each document's stamp: a "
+        "change re-indexes",
+    )
+    bm25_language: str = setting(
+        "english",
+        "stopwords and Snowball stemmer of `bm25` (a language name, e.g. `german`), or `none` for"
+        " neither",
+    )
+    bm25_k: float = setting(1.2, "BM25's term-frequency saturation")
+    bm25_b: float = setting(0.75, "BM25's length normalisation, 0 to 1")
+    bm25_avg_len: float = setting(
+        256.0, "the chunk length, in terms, that length normalisation is relative to"
+    )
+    retrieval: str = setting(
+        "hybrid",
+        "a search's first stage when the request does not say: `dense`, `sparse` or `hybrid`",
+    )
+    fusion: str = setting(
+        "dbsf",
+        "how `hybrid` fuses its lists when the request does not say: `rrf` or `dbsf`",
+    )
+    rrf_k: int = setting(2, "RRF's k when the request does not say")
+    rrf_dense_weight: float = setting(
+        1.0,
+        "RRF's weight of the dense list when the request does not say (Qdrant divides a list's "
+        "1-based positions by its weight)",
+    )
+    rrf_sparse_weight: float = setting(
+        1.0, "RRF's weight of the BM25 list when the request does not say"
+    )
 
-    device: str = "auto"
-    dtype: str = "auto"
-    #: Batch limits per forward pass; 0 picks a default for the device (see `device.py`).
-    embed_batch_size: int = 0
-    embed_batch_tokens: int = 0
-    rerank_batch_size: int = 0
-    rerank_batch_tokens: int = 0
-    rerank_max_length: int = 512
-    #: `torch` runs the model as loaded; `int8` (CPU only) quantises its linear layers and is
-    #: used only if its rankings agree with the float model's (see `ragrank/quantization.py`).
-    rerank_backend: str = "torch"
-    #: Least mean per-query Spearman correlation with the float scores that `int8` must reach.
-    rerank_min_agreement: float = 0.9
-    #: `on` packs each batch's sequences into one row without padding and runs varlen
-    #: attention (BERT and XLM-R families); `auto` packs on CUDA only (see `ragrank/packing.py`).
-    packed: str = "auto"
-    #: The varlen attention kernel of packed batches: auto, flash-attn, torch or sdpa.
-    varlen_attention: str = "auto"
-    #: Host threads that tokenise, plan windows and collate batches, each with its own
-    #: tokenizer copy; 0 means one per core but one, at least 1.
-    tokenizer_threads: int = 0
-    #: How queued items become batches: sorted, arrival or request (see `server/batching.py`).
-    batching: str = "sorted"
-    #: How long the batching engine waits for concurrent requests to join a batch.
-    batch_wait_ms: int = 5
-    #: Items waiting per model before new requests get 429.
-    queue_size: int = 4096
-    request_timeout_s: int = 60
+    device: str = setting("auto", "`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:N`")
+    dtype: str = setting(
+        "auto",
+        "`auto` (bf16 on CUDA, fp16 on GPUs without bf16, fp32 on CPU), `float32`, `float16`, "
+        "`bfloat16`; logits and embeddings are always read in fp32",
+    )
+    embed_batch_size: int = setting(
+        0, "most texts in one embedding forward pass", shown="`0` = 16 on CPU, 256 on CUDA"
+    )
+    embed_batch_tokens: int = setting(
+        0,
+        "most tokens in one embedding forward pass: padded ones, or real ones when packed",
+        shown="`0` = 8,192 on CPU, 32,768 on CUDA",
+    )
+    rerank_batch_size: int = setting(
+        0, "most pairs in one cross-encoder forward pass", shown="`0` = 16 on CPU, 256 on CUDA"
+    )
+    rerank_batch_tokens: int = setting(
+        0,
+        "most tokens in one cross-encoder forward pass: padded ones, or real ones when packed",
+        shown="`0` = 8,192 on CPU, 32,768 on CUDA",
+    )
+    rerank_max_length: int = setting(
+        512, "tokens per (query, passage) pair; longer pairs are truncated"
+    )
+    rerank_backend: str = setting(
+        "torch",
+        "`torch` runs the model as loaded; `int8` (CPU only, opt-in) quantises its linear layers,"
+        " checked at start-up (see [performance](performance.md))",
+    )
+    rerank_min_agreement: float = setting(
+        0.9,
+        "least mean per-query Spearman correlation between int8 and float scores on the "
+        "calibration set; below it the server refuses to start",
+    )
+    packed: str = setting(
+        "auto",
+        "`on`: each batch's sequences are packed into one row without padding and attention runs "
+        "per sequence (varlen), for BERT and XLM-R models; `off`: padded batches; `auto`: packed "
+        "on CUDA, padded on CPU (measured faster there, see [performance](performance.md)). "
+        "Other architectures fall back to padded batches, logged once",
+    )
+    varlen_attention: str = setting(
+        "auto",
+        "the packed path's attention: `flash-attn` (`flash_attn_varlen_func`, when installed), "
+        "`torch` (PyTorch's varlen kernel, CUDA, fp16/bf16), `sdpa` (one SDPA call per sequence, "
+        "any device); `auto` picks in that order",
+    )
+    tokenizer_threads: int = setting(
+        0,
+        "host threads that tokenise, plan windows and collate batches, each with its own "
+        "tokenizer copy",
+        shown="`0` = cores − 1, at least 1",
+    )
+    batching: str = setting(
+        "sorted",
+        "`sorted`: items of all waiting requests, longest first, under the token budget; "
+        "`arrival`: the same in arrival order; `request`: no sharing across requests (the last "
+        "two are baselines for `ragrank bench`)",
+    )
+    batch_wait_ms: int = setting(5, "how long a batch waits for concurrent requests to join it")
+    queue_size: int = setting(4096, "items waiting per model before new requests get `429`")
+    request_timeout_s: int = setting(60, "longest a request waits for a model; then `504`")
 
-    chunk_tokens: int = 256
-    chunk_overlap: int = 32
-    index_batch_size: int = 64
-    #: Comma-separated metadata keys that get a payload index (embedded or on a server).
-    metadata_indexes: str = ""
-    #: The durable job queue (SQLite) shared by the API and the worker.
-    jobs_path: Path = Path("ragrank-data/jobs.sqlite3")
-    #: Comma-separated folders the worker keeps in sync (with delete-missing).
-    watch: str = ""
-    watch_interval_s: int = 30
+    chunk_tokens: int = setting(
+        256, "tokens per chunk, prefix included, capped by the model's limit"
+    )
+    chunk_overlap: int = setting(32, "tokens shared by neighbouring chunks")
+    index_batch_size: int = setting(64, "chunks embedded and upserted per batch")
+    metadata_indexes: str = setting(
+        "", "comma-separated metadata keys to give payload indexes on a Qdrant server"
+    )
+    jobs_path: Path = setting(
+        Path("ragrank-data/jobs.sqlite3"),
+        "the durable job queue (SQLite) that the API writes and the worker reads; on a volume "
+        "both can reach",
+    )
+    watch: str = setting(
+        "", "comma-separated folders the worker keeps in sync (new, changed and deleted files)"
+    )
+    watch_interval_s: int = setting(30, "seconds between two sweeps of the watched folders")
 
-    #: The largest request body the server reads; a larger one is answered 413 unread.
-    max_request_bytes: int = 16 * 1024 * 1024
-    #: Request limits, each checked before any model work (400 naming the field and the
-    #: variable); at most `LIMIT_CEILINGS`.
-    max_query_chars: int = 2_000
-    max_top_k: int = 100
-    max_candidates: int = 500
-    max_rerank_documents: int = 1_000
-    max_document_chars: int = 100_000
-    max_embed_inputs: int = 2_048
-    max_ingest_documents: int = 1_000
-    max_ingest_document_chars: int = 1_000_000
+    max_request_bytes: int = setting(
+        16 * 1024 * 1024,
+        "the largest request body read; a larger one gets `413` naming this limit, unread",
+        shown="`16777216` (16 MiB)",
+    )
+    max_query_chars: int = setting(2_000, "characters of a search or rerank query (at most 20,000)")
+    max_top_k: int = setting(100, "most results of a search (10 to 1,000)")
+    max_candidates: int = setting(500, "most chunks a search retrieves to rerank (50 to 5,000)")
+    max_rerank_documents: int = setting(
+        1_000, "documents in one `/v1/rerank` or `/rerank` request (at most 10,000)"
+    )
+    max_document_chars: int = setting(
+        100_000, "characters of one document to rerank or text to embed (at most 1,000,000)"
+    )
+    max_embed_inputs: int = setting(2_048, "texts in one `/v1/embeddings` request (at most 20,480)")
+    max_ingest_documents: int = setting(
+        1_000, "documents in one `POST /v1/documents` (at most 10,000)"
+    )
+    max_ingest_document_chars: int = setting(
+        1_000_000, "characters of one ingested document (at most 10,000,000)"
+    )
 
-    #: API keys (comma-separated, and/or one per line in a file). With none, the API is open;
-    #: with any, every route but /health and /ready needs one. Read-only keys cannot ingest.
-    api_keys: str = field(default="", repr=False)
-    readonly_api_keys: str = field(default="", repr=False)
-    api_keys_file: Path | None = None
-    readonly_api_keys_file: Path | None = None
+    api_keys: str = setting(
+        "",
+        "comma-separated API keys with full access; with any key set, every route but `/health` "
+        "and `/ready` needs one",
+        secret=True,
+    )
+    readonly_api_keys: str = setting(
+        "",
+        "comma-separated keys that may search, rerank and embed but not write documents",
+        secret=True,
+    )
+    api_keys_file: Path | None = setting(
+        None, "a file of full-access keys, one per line (`#` comments), e.g. a Docker secret"
+    )
+    readonly_api_keys_file: Path | None = setting(None, "the same for read-only keys")
 
-    log_format: str = "auto"
-    log_level: str = "INFO"
+    log_format: str = setting(
+        "auto", "`json` (one object per line), `text`, or `auto`: JSON unless stderr is a terminal"
+    )
+    log_level: str = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`")
 
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = setting(
+        "127.0.0.1", "interface `ragrank serve` listens on (`0.0.0.0` in containers)"
+    )
+    port: int = setting(8000, "port `ragrank serve` listens on")
 
     def __post_init__(self) -> None:
         # An empty variable (as compose files pass them) means "not set".

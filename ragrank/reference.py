@@ -1,0 +1,55 @@
+"""The configuration reference, `docs/configuration.md`, generated from the settings' own docs
+so that it cannot drift from the code: `make docs` writes it, and a test fails when it is stale."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from ragrank.settings import ENV_PREFIX, PRESETS, Settings, env_name, shown_default
+
+#: Where `make docs` writes the reference, relative to the repository.
+REFERENCE = Path("docs/configuration.md")
+
+_INTRO = """\
+# Configuration
+
+Every setting is an environment variable, read once at start-up into one frozen `Settings`
+object. Command-line flags override them (`ragrank serve --help`); the app factory
+`create_app(settings)` reads no environment itself. A malformed value stops the program with a
+message naming the variable.
+
+This page is generated from `ragrank/settings.py` by `make docs`.
+
+| variable | default | meaning |
+| --- | --- | --- |
+"""
+
+
+def render() -> str:
+    """The whole reference page, one table row per setting."""
+    presets = "; ".join(
+        f"`{name}` = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items()
+    )
+    rows = [
+        f"| `{ENV_PREFIX}PRESET` | none | sets both models: {presets} (an explicit model "
+        "variable still wins) |"
+    ]
+    for field in dataclasses.fields(Settings):
+        doc = str(field.metadata.get("doc", "")).replace("|", "\\|")
+        rows.append(f"| `{env_name(field.name)}` | {shown_default(field)} | {doc} |")
+    return _INTRO + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ragrank.reference [PATH]`: write the reference (default docs/configuration.md)."""
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else REFERENCE
+    path.write_text(render(), encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
