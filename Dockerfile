@@ -17,20 +17,22 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv
+WORKDIR /src
+# The versions the test suite passed with, for torch's dependencies as for ragrank's.
+COPY constraints.txt ./
 RUN case "${VARIANT}" in \
       cpu) index="${TORCH_CPU_INDEX}" ;; \
       cuda) index="${TORCH_CUDA_INDEX}" ;; \
       *) echo "VARIANT must be cpu or cuda, not '${VARIANT}'" >&2; exit 1 ;; \
     esac \
-    && pip install "torch==${TORCH_VERSION}" --index-url "${index}" \
+    && pip install -c constraints.txt "torch==${TORCH_VERSION}" --index-url "${index}" \
        --extra-index-url https://pypi.org/simple
-WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY ragrank ragrank
 COPY server server
 COPY indexing indexing
 COPY eval eval
-RUN pip install .
+RUN pip install -c constraints.txt .
 
 FROM python:${PYTHON_VERSION}-slim AS runtime
 ARG VARIANT=cpu

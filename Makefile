@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity test test-slow lint stack-tools clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity test test-slow lint stack-tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -21,21 +21,28 @@ define install-torch
 	  echo "torch: already installed"; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then \
 	  echo "torch: GPU found, installing the CUDA build"; \
-	  $(1)/pip install "torch==$(TORCH_VERSION)"; \
+	  $(1)/pip install -c constraints.txt "torch==$(TORCH_VERSION)"; \
 	elif $(1)/pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null; then \
-	  echo "torch: installed the local CPU wheel"; $(1)/pip install "torch==$(TORCH_VERSION)"; \
+	  echo "torch: installed the local CPU wheel"; $(1)/pip install -c constraints.txt "torch==$(TORCH_VERSION)"; \
 	else \
 	  echo "torch: no GPU, installing the CPU build"; \
-	  $(1)/pip install "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) \
+	  $(1)/pip install -c constraints.txt "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) \
 	    --extra-index-url https://pypi.org/simple; \
 	fi
 endef
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(call install-torch,$(BIN))
-	$(BIN)/pip install -e '.[dev,eval,finetune]'
+	$(BIN)/pip install -c constraints.txt -e '.[dev,eval,finetune]'
 	touch $@
+
+lock: setup ## recompile constraints.txt, the pinned versions every install uses, with uv
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra eval --extra finetune \
+	  --python-version 3.11 --python-platform x86_64-manylinux_2_28 -o constraints.txt
+
+docs: setup ## regenerate docs/configuration.md from the settings
+	$(BIN)/python -m ragrank.reference docs/configuration.md
 
 demo: setup ## index the bundled sample, show cosine vs reranked order, serve on :8000
 	$(BIN)/ragrank demo
@@ -50,13 +57,13 @@ bench-host: setup ## host path: /v1/rerank with a zero-layer model vs the tokeni
 	$(BIN)/ragrank bench --host-only $(BENCH_ARGS)
 
 bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model, % of bf16 peak
-	$(BIN)/python -m eval.bench_gpu $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.gpu $(BENCH_ARGS)
 
 bench-store: setup ## the embedded store at 10k, 100k and 1M points: Qdrant Edge vs the local mode
-	$(BIN)/python -m eval.bench_store
+	$(BIN)/python -m eval.bench.store
 
 bench-overload: setup ## overload: 4x the clients at capacity; only 200 and 429, bounded memory, recovery
-	$(BIN)/python -m eval.bench_overload $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.overload $(BENCH_ARGS)
 
 bench-infinity: .venv-infinity/.installed ## install Infinity (the peer server) into .venv-infinity
 
@@ -72,10 +79,11 @@ test: setup ## run the test suite (tiny models, no network)
 test-slow: setup ## run the real-model and real-data tests too
 	$(BIN)/pytest
 
-lint: setup ## ruff, mypy --strict and hadolint (the Dockerfile)
+lint: setup ## ruff, mypy --strict, the import layering (import-linter) and hadolint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
 stack-tools: ## fetch Docker Compose v2 and Caddy so `make test` validates the compose stack too
