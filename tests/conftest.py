@@ -7,22 +7,25 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 from litestar.testing import AsyncTestClient
 
-from eval.beir import load_beir
 from eval.random_models import load_tokenizer, save_random_model
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 from server import Services, create_app
 from tests.fakes import FakeEmbedder, FakeScorer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -8,13 +8,18 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
-from ragrank.models import Pair
 from ragrank.tokens import ModelInput, TokenSpans, WindowPlan
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from numpy.typing import NDArray
+
+    from ragrank.protocols import Pair
 
 _WORD = re.compile(r"\S+")
 #: Special ids: start, separator and end of an input.

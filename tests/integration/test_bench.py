@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
-from eval.bench_load import RunResult, _ratio, build_workload, measure_ceiling
+from eval.bench.load import RunResult, _ratio, build_workload, measure_ceiling
 from ragrank import SAMPLE_DATASET
 from ragrank.cli import main
 from ragrank.device import Placement
 from ragrank.models import CrossEncoderScorer
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_workload_documents_fit_the_model_in_one_window(scorer: CrossEncoderScorer):
@@ -104,9 +107,9 @@ def test_bench_runs_servers_end_to_end_and_writes_json(tiny_reranker_path: Path,
 def test_the_overload_run_answers_only_200_and_429_and_recovers(
     tiny_reranker_path: Path, tmp_path: Path
 ):
-    """The mechanics of `eval.bench_overload` with a tiny model: 4 times the clients on a queue
+    """The mechanics of `eval.bench.overload` with a tiny model: 4 times the clients on a queue
     of 8 items get 429s with Retry-After; nothing else but 200 comes back."""
-    from eval.bench_overload import main as overload
+    from eval.bench.overload import main as overload
 
     out = tmp_path / "overload.json"
     argv = ["--model", str(tiny_reranker_path), "--seconds", "1.5", "--clients", "2"]
@@ -127,12 +130,12 @@ def test_the_overload_run_answers_only_200_and_429_and_recovers(
 def test_the_host_benchmark_pieces_measure_what_they_say(tmp_path: Path):
     """`--host-only`: the zero-layer model has no transformer layers and serves through the
     real loading code; the tokenizer-only run encodes every pair at each batch size."""
-    from eval.bench_host import (
-        XLMR_TOKENIZER,
+    from eval.bench.host import (
         build_requests,
         build_zero_layer_model,
         tokenizer_only,
     )
+    from eval.bench.options import XLMR_TOKENIZER
 
     if not XLMR_TOKENIZER.exists():
         pytest.skip("needs ../shared/models")
@@ -150,8 +153,8 @@ def test_the_host_benchmark_pieces_measure_what_they_say(tmp_path: Path):
 
 def test_the_gpu_benchmark_runs_end_to_end_on_tiny_models(tmp_path: Path):
     """`make bench-gpu` with `--tiny` on the CPU: every section is measured and reported."""
-    from eval.bench_gpu import RERANKER_CONFIG, TOKENIZER
-    from eval.bench_gpu import main as bench_gpu
+    from eval.bench.gpu import RERANKER_CONFIG, TOKENIZER
+    from eval.bench.gpu import main as bench_gpu
 
     if not (RERANKER_CONFIG.exists() and TOKENIZER.exists()):
         pytest.skip("needs ../shared/models")
@@ -174,7 +177,7 @@ def test_the_gpu_benchmark_runs_end_to_end_on_tiny_models(tmp_path: Path):
 
 
 def test_the_store_benchmark_measures_both_engines(tmp_path: Path, capsys):
-    from eval.bench_store import main as bench_store
+    from eval.bench.store import main as bench_store
 
     code = bench_store(["--sizes", "300", "--queries", "8", "--output", str(tmp_path)])
     assert code == 0

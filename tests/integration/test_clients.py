@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import uvicorn
@@ -13,6 +13,9 @@ import uvicorn
 from ragrank.settings import Settings
 from server import Services, create_app
 from tests.fakes import FakeEmbedder
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 DOCUMENTS = ["short one", "a much longer document about rivers and seas", "medium text here"]
 

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ragrank.cli import main
-from ragrank.settings import Settings
 from ragrank.store import open_store
+
+if TYPE_CHECKING:
+    from ragrank.settings import Settings
 
 
 def test_demo_indexes_the_sample_and_shows_both_orders(settings: Settings, capsys, monkeypatch):

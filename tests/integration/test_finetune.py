@@ -7,21 +7,25 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import replace
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from litestar.testing import AsyncTestClient
 
-from eval.beir import load_beir, load_qrels
+from eval.finetune.data import TrainingData
 from eval.finetune.reranker import _rows, load_base
-from eval.finetune.training import FinetuneOptions, TrainingData
+from eval.options import FinetuneOptions
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir, load_qrels
 from ragrank.cli import main
 from ragrank.errors import ModelLoadError
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
 from server import Services, create_app
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 LEAK_BY_ID = "q01"  # a test query id that the training qrels also judge
 LEAK_BY_TEXT = "leak-text"  # a training query carrying a test query's text

@@ -8,8 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -22,7 +21,12 @@ from schemathesis.config import SchemathesisConfig
 
 from ragrank.settings import Settings
 from server import create_app
-from server.services import Services
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from server.services import Services
 
 #: Examples per operation and generation mode (valid, invalid): over 1,000 requests in all
 #: (operations without parameters, such as GET /health, stop early).

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from eval.beir import load_beir
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
 from ragrank.cli import main
 from ragrank.models import SentenceTransformerEmbedder
-from ragrank.settings import Settings
 from ragrank.store import open_store
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ragrank.settings import Settings
 
 
 def test_indexing_the_sample_twice_leaves_the_point_count_unchanged(settings: Settings):

@@ -6,23 +6,28 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pytest
 from litestar.testing import AsyncTestClient
 
 from indexing import Chunker, Indexer
 from indexing.jobs import JobStore
 from indexing.worker import Worker
+from ragrank.cli import in_process_worker
 from ragrank.documents import Document
 from ragrank.errors import StoreError, StoreUnreachableError
 from ragrank.settings import Settings
 from server import create_app
 from server.services import Services
 from tests.fakes import FakeEmbedder, FakeScorer
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    import numpy as np
+    import pytest
 
 
 class PoisonedEmbedder(FakeEmbedder):
@@ -55,7 +60,7 @@ async def test_documents_posted_and_deleted_over_rest_reach_the_index(
     fake_services: Services, tmp_path: Path
 ):
     settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
-    app = create_app(settings, services=fake_services, run_worker=True)
+    app = create_app(settings, services=fake_services, alongside=[in_process_worker(settings)])
     documents = [
         {"id": "rhine", "text": "The Rhine flows into the North Sea.", "metadata": {"lang": "en"}},
         {"id": "tea", "text": "Green tea is brewed at 80 degrees.", "title": "Tea"},
@@ -100,7 +105,6 @@ async def test_api_replicas_share_only_qdrant_and_the_job_queue(
                 store=fake_services.store,
                 sparse=fake_services.sparse,
             ),
-            run_worker=False,
         )
         for _ in range(2)
     ]
@@ -249,7 +253,7 @@ async def test_searches_answer_while_the_in_process_worker_writes(
     """The API's in-process worker and its searches share the embedded shard: every search
     during a job answers 200, and the job's points are all there once it is done."""
     settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
-    app = create_app(settings, services=fake_services, run_worker=True)
+    app = create_app(settings, services=fake_services, alongside=[in_process_worker(settings)])
     documents = [
         {"id": f"doc-{i}", "text": f"Passage {i} about rivers, tea and mountains."}
         for i in range(300)

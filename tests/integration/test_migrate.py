@@ -3,7 +3,7 @@ and `ragrank store migrate` moves it into Qdrant Edge without re-embedding."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -15,6 +15,9 @@ from ragrank.errors import StoreError
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import DocumentStamp, ServerStore, open_store, sparse_stamp
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _old_folder(folder: Path) -> np.ndarray:

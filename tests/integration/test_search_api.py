@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from litestar.testing import AsyncTestClient
 
-from eval.beir import load_beir
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
-from ragrank.models import relevance
-from ragrank.settings import Settings
+from ragrank.beir import load_beir
+from ragrank.protocols import relevance
 from server import Services, create_app
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from ragrank.settings import Settings
 
 QUERY = "Why can't Python threads use several CPU cores?"
 

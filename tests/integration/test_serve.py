@@ -8,10 +8,12 @@ import socket
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import httpx
 
-from ragrank.settings import Settings
+if TYPE_CHECKING:
+    from ragrank.settings import Settings
 
 
 def _free_port() -> int:

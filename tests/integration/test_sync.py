@@ -8,8 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -17,9 +16,15 @@ import pytest
 from indexing import Indexer
 from indexing.sources import read_documents
 from ragrank.documents import Document
-from ragrank.models import SentenceTransformerEmbedder, Vectors
-from ragrank.settings import Settings
+from ragrank.models import SentenceTransformerEmbedder
 from ragrank.store import DocumentStamp, Store, open_store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from pathlib import Path
+
+    from ragrank.protocols import Vectors
+    from ragrank.settings import Settings
 
 
 class CountingEmbedder:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -11,7 +11,11 @@ from ragrank.errors import SettingsError
 from ragrank.settings import Settings
 from server import create_app
 from server.auth import Access, ApiKeys
-from server.services import Services
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from server.services import Services
 
 FULL, READONLY = "full-key-1", "read-key-1"
 SEARCH = {"query": "tea", "top_k": 1}

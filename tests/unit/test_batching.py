@@ -6,7 +6,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +20,9 @@ from ragrank.errors import (
     RequestTimeoutError,
 )
 from server.batching import BatchEngine, BatchStats, EngineLimits
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class Model:

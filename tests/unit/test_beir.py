@@ -1,13 +1,16 @@
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from eval.beir import load_beir, load_qrels
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir, load_qrels
 from ragrank.errors import DocumentError
 from tests.conftest import SHARED_DATA
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_the_sample_collection_is_consistent():

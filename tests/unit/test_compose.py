@@ -4,21 +4,11 @@ Caddy's own validation where `make stack-tools` fetched them (skipped otherwise)
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shutil
-import socket
-import subprocess
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
-import pytest
 import yaml
 
 from ragrank.cli import build_parser
@@ -26,7 +16,6 @@ from ragrank.settings import settings_table
 from server.routes import ROUTES
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = REPO / ".ci" / "tools" / "bin"
 PROFILES = ("cpu", "gpu", "cluster")
 SETTINGS = {name for name, _ in settings_table()}
 
@@ -50,20 +39,6 @@ def _ragrank(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _host_ports(service: dict[str, Any]) -> list[str]:
     return [str(port).rsplit(":", 1)[0].split(":")[-1] for port in service.get("ports", [])]
-
-
-def _tool(name: str) -> str | None:
-    """A validating program: from `make stack-tools`, or on PATH (Compose only if v2)."""
-    for candidate in (TOOLS / name, shutil.which(name)):
-        if candidate and os.access(candidate, os.X_OK):
-            if name == "docker-compose":
-                version = subprocess.run(
-                    [str(candidate), "version"], capture_output=True, text=True, check=False
-                )
-                if not re.search(r"version v?2\.", version.stdout):
-                    continue  # Compose v1 rejects the Compose spec's top-level `name:`
-            return str(candidate)
-    return None
 
 
 def test_every_profile_has_one_qdrant_address_one_public_api_and_no_port_clash():
@@ -194,112 +169,3 @@ def test_the_dockerfile_builds_in_two_stages_and_runs_unprivileged():
         if line.startswith("COPY ") and "--from" not in line:
             for source in line.split()[1:-1]:
                 assert (REPO / source).exists() and source in kept, source
-
-
-@pytest.mark.parametrize("profile", PROFILES)
-def test_docker_compose_accepts_each_profile(profile: str):
-    compose = _tool("docker-compose")
-    if compose is None:
-        pytest.skip("no Docker Compose v2 here: `make stack-tools` fetches one")
-    result = subprocess.run(
-        [compose, "--profile", profile, "config", "--services"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "COMPOSE_PROFILES": ""},
-    )
-    assert result.returncode == 0, result.stderr
-    assert set(result.stdout.split()) == set(_services(profile))
-
-
-def _caddy() -> str:
-    caddy = _tool("caddy")
-    if caddy is None:
-        pytest.skip("no Caddy here: `make stack-tools` fetches one")
-    version = subprocess.run([caddy, "version"], capture_output=True, text=True, check=True)
-    (balancer,) = (s for s in _compose()["services"].values() if "configs" in s)
-    assert version.stdout.lstrip("v").startswith(balancer["image"].split(":")[1].split("-")[0])
-    return caddy
-
-
-def test_caddy_accepts_the_load_balancer_config(tmp_path: Path):
-    caddy = _caddy()
-    caddyfile = tmp_path / "Caddyfile"
-    caddyfile.write_text(_compose()["configs"]["caddyfile"]["content"], encoding="utf-8")
-    result = subprocess.run(
-        [caddy, "validate", "--config", str(caddyfile), "--adapter", "caddyfile"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-
-
-class _Replica(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        answer = self.server.server_address[1].to_bytes(2, "big") + body  # type: ignore[union-attr]
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def test_the_load_balancer_alternates_replicas_and_retries_a_post_on_the_live_one(
-    tmp_path: Path,
-):
-    """The compose file's Caddy config with two local stand-in replicas in place of the DNS
-    name: requests alternate; with one replica gone, POSTs (bodies included) reach the other."""
-    caddy = _caddy()
-    replicas = [ThreadingHTTPServer(("127.0.0.1", 0), _Replica) for _ in range(2)]
-    for replica in replicas:
-        threading.Thread(target=replica.serve_forever, daemon=True).start()
-    ports = [replica.server_address[1] for replica in replicas]
-    listen = _free_port()
-    config = _compose()["configs"]["caddyfile"]["content"]
-    config = re.sub(
-        r"dynamic a api-replica 8000 \{.*?\}",
-        "to " + " ".join(f"127.0.0.1:{port}" for port in ports),
-        config,
-        flags=re.S,
-    ).replace(":8000 {", f":{listen} {{\n  bind 127.0.0.1")
-    (tmp_path / "Caddyfile").write_text(config, encoding="utf-8")
-    process = subprocess.Popen(
-        [caddy, "run", "--config", "Caddyfile", "--adapter", "caddyfile"],
-        cwd=tmp_path,
-        env={**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def post(body: bytes) -> tuple[int, int]:
-        answer = httpx.post(f"http://127.0.0.1:{listen}/v1/rerank", content=body, timeout=10)
-        assert answer.status_code == 200 and answer.content[2:] == body, answer.text
-        return int.from_bytes(answer.content[:2], "big"), answer.status_code
-
-    try:
-        for _ in range(100):  # wait for Caddy to listen
-            with contextlib.suppress(httpx.TransportError):
-                httpx.get(f"http://127.0.0.1:{listen}/", timeout=1)
-                break
-            time.sleep(0.05)
-        served = [post(b'{"query": "q%d"}' % i)[0] for i in range(6)]
-        assert sorted(served) == sorted(ports * 3)
-        replicas[1].shutdown()
-        replicas[1].server_close()
-        served = [post(b'{"query": "after %d"}' % i)[0] for i in range(6)]
-        assert served == [ports[0]] * 6
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        replicas[0].shutdown()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -11,6 +11,9 @@ from eval.embedding_cache import EmbeddingCache, cache_key
 from eval.exact import ExactIndex
 from eval.runs import overlap_recall, ranked, rerank_run, token_batches
 from tests.fakes import FakeScorer
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def normalised(rng: np.random.Generator, rows: int, dim: int = 16) -> np.ndarray:

@@ -3,6 +3,7 @@ never returns a labelled positive or a near-duplicate of one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
@@ -10,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.beir import BeirDataset, load_beir, load_qrels
 from eval.finetune.data import mine_hard_negatives, positives, split_queries
-from eval.finetune.training import FinetuneOptions
+from eval.options import FinetuneOptions
+from ragrank.beir import BeirDataset, load_beir, load_qrels
 from ragrank.documents import Document
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.settings import Settings, default_prefixes
@@ -158,3 +159,26 @@ def test_a_model_folder_records_its_prefixes(tmp_path):
     assert (settings.query_prefix, settings.passage_prefix) == ("query: ", "passage: ")
     # An explicit setting still wins.
     assert Settings(embed_model=str(folder), query_prefix="").query_prefix == ""
+
+
+def test_the_warmup_is_a_step_count_every_transformers_version_reads_alike(tmp_path):
+    """`--warmup-ratio` becomes ceil(ratio * planned steps) warm-up steps: transformers reads a
+    float `warmup_steps` below 1 as a ratio only from version 5 on, and 4.x silently skipped a
+    warm-up passed that way."""
+    from transformers import TrainingArguments
+
+    from eval.finetune.trainer import planned_steps, training_arguments
+
+    options = FinetuneOptions(
+        dataset=SCIFACT, output=tmp_path, warmup_ratio=0.1, epochs=2, batch_size=16
+    )
+    assert planned_steps(options, examples=100) == 14  # 2 epochs of ceil(100 / 16) batches
+    arguments = training_arguments(options, "cpu", 100)
+    assert arguments["warmup_steps"] == 2
+    assert isinstance(arguments["warmup_steps"], int)
+    trained = TrainingArguments(**arguments)
+    assert trained.get_warmup_steps(14) == 2
+
+    capped = FinetuneOptions(dataset=SCIFACT, output=tmp_path, warmup_ratio=0.06, max_steps=50)
+    assert training_arguments(capped, "cpu", 10_000)["warmup_steps"] == 3
+    assert training_arguments(replace(capped, warmup_ratio=0.0), "cpu", 10)["warmup_steps"] == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 from indexing.chunking import Chunker
 from ragrank.documents import Document
 from server.batching import BatchEngine, EngineLimits
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 WORD = re.compile(r"\S+")
 

@@ -6,13 +6,17 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from litestar.testing import AsyncTestClient
 from prometheus_client import REGISTRY
 
 from ragrank.logs import REQUEST_ID, JsonFormatter, TextFormatter, _RequestIdFilter
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from litestar.testing import AsyncTestClient
 
 HEX_ID = re.compile(r"[0-9a-f]{32}")
 

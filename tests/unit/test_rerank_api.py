@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragrank.models import relevance
+from ragrank.protocols import relevance
 
 DOCUMENTS = ["short one", "a much longer document about rivers and seas", "medium text here"]
 

@@ -6,24 +6,28 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from eval.beir import load_beir
 from ragrank import SAMPLE_DATASET
+from ragrank.beir import load_beir
 from ragrank.errors import ModelFailedError, SettingsError
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 from server import Services, create_app
 from tests.fakes import FakeEmbedder, FakeScorer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from litestar import Litestar
 
 
 @pytest.fixture

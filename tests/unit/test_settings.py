@@ -6,7 +6,10 @@ from pathlib import Path
 import pytest
 
 from ragrank.errors import SettingsError
+from ragrank.reference import render
 from ragrank.settings import DEFAULT_EMBED_MODEL, DEFAULT_RERANK_MODEL, Settings, settings_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_are_the_documented_models_with_e5_prefixes():
@@ -78,9 +81,19 @@ def test_settings_are_frozen():
 
 
 def test_every_field_has_a_documented_variable():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    missing = [name for name, _ in settings_table() if f"`{name}`" not in readme]
-    assert not missing, f"README lacks {missing}"
+    reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    missing = [name for name, _ in settings_table() if f"`{name}`" not in reference]
+    assert not missing, f"docs/configuration.md lacks {missing}"
+    undocumented = [f.name for f in dataclasses.fields(Settings) if not f.metadata.get("doc")]
+    assert not undocumented, undocumented
+
+
+def test_the_configuration_reference_is_generated_from_the_settings():
+    """`make docs` writes it; a setting added, removed or changed without it fails here."""
+    reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert reference == render(), "docs/configuration.md is stale: run `make docs`"
+    assert "| `RAGRANK_FUSION` | `dbsf` |" in reference
+    assert "| `RAGRANK_RERANK_BATCH_SIZE` | `0` = 16 on CPU, 256 on CUDA |" in reference
 
 
 def test_host_threads_default_to_cores_but_one(monkeypatch: pytest.MonkeyPatch):

@@ -3,12 +3,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from indexing.sources import html_text, read_documents, read_file
 from ragrank.errors import DocumentError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _write_jsonl(path: Path, records: list[object]) -> Path:

@@ -6,7 +6,7 @@ check arithmetic, never relevance."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -17,6 +17,9 @@ from ragrank.device import Placement
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.packing import PackedBatch, PaddedBatch, collate_padded
 from tests.conftest import SHARED_MODELS
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CPU = Placement("cpu", torch.float32)
 BERT_RERANKER = SHARED_MODELS / "ms-marco-MiniLM-L-6-v2-noweights"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -14,6 +14,9 @@ from ragrank.errors import ModelLoadError, SettingsError
 from ragrank.models import CrossEncoderScorer
 from ragrank.quantization import Agreement, calibration_groups, rank_agreement
 from ragrank.settings import Settings
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_rank_agreement_measures_per_query_rankings():

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
 from ragrank.device import resolve_placement
 from ragrank.errors import ModelLoadError
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder, relevance
+from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.protocols import relevance
 from ragrank.settings import Settings
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_embedder_applies_role_prefixes(embedder, tiny_embedder_path):
