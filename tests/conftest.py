@@ -139,18 +139,23 @@ def tiny_reranker_path(model_dir: Path) -> Path:
     return build_tiny_reranker(model_dir / "tiny-bge-reranker")
 
 
-@pytest.fixture
-def settings(tmp_path: Path, tiny_embedder_path: Path, tiny_reranker_path: Path) -> Settings:
+def tiny_settings(folder: Path, embedder: Path, reranker: Path) -> Settings:
+    """Settings for the tiny models, with the store and the job queue in `folder`."""
     return Settings(
-        embed_model=str(tiny_embedder_path),
-        rerank_model=str(tiny_reranker_path),
-        qdrant_path=tmp_path / "qdrant",
-        jobs_path=tmp_path / "jobs.sqlite3",
+        embed_model=str(embedder),
+        rerank_model=str(reranker),
+        qdrant_path=folder / "qdrant",
+        jobs_path=folder / "jobs.sqlite3",
         collection="test",
         device="cpu",
         chunk_tokens=64,
         chunk_overlap=8,
     )
+
+
+@pytest.fixture
+def settings(tmp_path: Path, tiny_embedder_path: Path, tiny_reranker_path: Path) -> Settings:
+    return tiny_settings(tmp_path, tiny_embedder_path, tiny_reranker_path)
 
 
 @pytest.fixture(scope="session")

@@ -13,16 +13,26 @@ from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
 from ragrank.protocols import relevance
 from server import Services, create_app
+from tests.conftest import tiny_settings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+    from pathlib import Path
 
     from ragrank.settings import Settings
 
 QUERY = "Why can't Python threads use several CPU cores?"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def settings(
+    tmp_path_factory: pytest.TempPathFactory, tiny_embedder_path: Path, tiny_reranker_path: Path
+) -> Settings:
+    """One indexed sample for the whole module: its tests only read."""
+    return tiny_settings(tmp_path_factory.mktemp("search"), tiny_embedder_path, tiny_reranker_path)
+
+
+@pytest.fixture(scope="module")
 def services(settings: Settings) -> Iterator[Services]:
     services = Services.load(settings)
     Indexer.from_settings(settings, services.embedder, services.store).index(
