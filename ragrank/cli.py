@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from indexing import JobStore
     from server import Services
     from server.app import Companion
-
-    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 DEMO_COLLECTION = "ragrank-demo"
 
@@ -58,163 +57,86 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ragrank {__version__}")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for add in (_add_serve, _add_index, _add_worker, _add_demo, _add_models, _add_store):
-        add(commands)
-    for add in (_add_eval, _add_finetune, _add_bench):
-        add(commands)
+    for name, command in COMMANDS.items():
+        subcommand = commands.add_parser(name, help=command.help, description=command.description)
+        command.add_flags(subcommand)
+        if command.run is not None:
+            subcommand.set_defaults(run=command.run)
     return parser
 
 
-def _add_serve(commands: Commands) -> None:
-    serve = commands.add_parser(
-        "serve",
-        help="run the REST API (/v1/search, /health, /ready, /schema)",
-        description="Load the models, open Qdrant (embedded folder, or a server with "
-        "RAGRANK_QDRANT_URL) and serve the REST API. On an embedded folder the indexing worker "
-        "runs in the same process.",
-    )
-    _add_common(serve)
-    _add_listen(serve)
-    serve.set_defaults(run=_serve)
+@dataclass(frozen=True)
+class _Command:
+    help: str
+    description: str
+    add_flags: Callable[[argparse.ArgumentParser], None]
+    #: None for a command whose own subcommands say what runs (finetune's models).
+    run: Callable[[argparse.Namespace], int] | None
 
 
-def _add_index(commands: Commands) -> None:
-    index = commands.add_parser(
-        "index",
-        help="chunk, embed and upsert documents into Qdrant",
-        description="Sync a JSONL file ('id' or '_id', 'text', optional 'title' and "
-        "'metadata'), a BEIR corpus.jsonl(.gz), or a folder of .txt/.md/.html files into "
-        "Qdrant. Unchanged documents are skipped without embedding, changed ones replaced; a "
-        "run that was killed is completed by the next one.",
-    )
-    index.add_argument("path", type=Path, help="a .jsonl/.jsonl.gz file or a folder")
-    _add_common(index)
-    index.add_argument("--chunk-tokens", type=int, help="tokens per chunk (RAGRANK_CHUNK_TOKENS)")
-    index.add_argument("--chunk-overlap", type=int, help="tokens shared by neighbouring chunks")
-    index.add_argument(
+def _serve_flags(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+    _add_listen(parser)
+
+
+def _index_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", type=Path, help="a .jsonl/.jsonl.gz file or a folder")
+    _add_common(parser)
+    parser.add_argument("--chunk-tokens", type=int, help="tokens per chunk (RAGRANK_CHUNK_TOKENS)")
+    parser.add_argument("--chunk-overlap", type=int, help="tokens shared by neighbouring chunks")
+    parser.add_argument(
         "--batch-size", dest="index_batch_size", type=int, help="chunks embedded per batch"
     )
-    index.add_argument(
+    parser.add_argument(
         "--delete-missing",
         action="store_true",
         help="delete documents indexed earlier from this PATH that it no longer holds",
     )
-    index.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    index.set_defaults(run=_index)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _add_worker(commands: Commands) -> None:
-    worker = commands.add_parser(
-        "worker",
-        help="run the indexing worker: jobs from the API and watched folders",
-        description="Run queued jobs (POST/DELETE /v1/documents) from the SQLite queue at "
-        "RAGRANK_JOBS_PATH and keep the RAGRANK_WATCH folders in sync, until interrupted. "
-        "With an embedded Qdrant folder, `ragrank serve` already runs the worker itself.",
-    )
-    _add_common(worker)
-    worker.add_argument("--jobs-path", type=Path, help="the job queue (RAGRANK_JOBS_PATH)")
-    worker.add_argument("--watch", help="comma-separated folders to sync (RAGRANK_WATCH)")
-    worker.set_defaults(run=_worker)
+def _worker_flags(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+    parser.add_argument("--jobs-path", type=Path, help="the job queue (RAGRANK_JOBS_PATH)")
+    parser.add_argument("--watch", help="comma-separated folders to sync (RAGRANK_WATCH)")
 
 
-def _add_demo(commands: Commands) -> None:
-    demo = commands.add_parser(
-        "demo",
-        help="index the bundled sample corpus, show cosine vs reranked order, then serve",
-        description="Index the bundled multilingual sample (124 short documents, 16 labelled "
-        f"queries) into the collection '{DEMO_COLLECTION}', print a few queries in cosine and "
-        "in reranked order, then serve the API. --preset auto picks 'small' models on a "
-        "machine without CUDA.",
-    )
-    _add_common(demo, preset_default="auto")
-    _add_listen(demo)
-    demo.add_argument(
+def _demo_flags(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser, preset_default="auto")
+    _add_listen(parser)
+    parser.add_argument(
         "--no-serve", action="store_true", help="exit after the examples instead of serving"
     )
-    demo.set_defaults(run=_demo)
 
 
-def _add_models(commands: Commands) -> None:
-    model_files = commands.add_parser(
-        "models",
-        help="pull the configured models into the cache, or check that they load",
-        description="pull: download the configured embedding and reranking models into the "
-        "Hugging Face cache (HF_HOME), so the stack can start offline. check: load each "
-        "through the server's own code and report where from, its dimension and max length; "
-        "exits 1 if any fails.",
-    )
-    model_files.add_argument("action", choices=("pull", "check"))
-    _add_common(model_files)
-    model_files.set_defaults(run=_models)
+def _models_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("pull", "check"))
+    _add_common(parser)
 
 
-def _add_eval(commands: Commands) -> None:
-    evaluate = commands.add_parser(
-        "eval",
-        help="NDCG@10 of cosine, BM25, hybrid and reranked retrieval on BEIR datasets",
-        description="Evaluate on BEIR-format collections (corpus.jsonl(.gz), queries.jsonl, "
-        "qrels/<split>.tsv): exact cosine top-100 with faiss, Qdrant's own dense (ANN), BM25 "
-        "and hybrid search, and the cross-encoder over a first stage's top --candidates. "
-        "Prints NDCG@10 per dataset with paired significance tests against cosine, bootstrap "
-        "CIs, per-query wins/ties/losses and each system's oracle@K (the best any reranker "
-        "could do with its top K); writes report.json, report.md and plots to --output.",
-    )
-    add_options(evaluate, EvalTarget)
-    add_options(evaluate, EvalOptions)
-    _add_common(evaluate)
-    evaluate.set_defaults(run=_eval)
+def _eval_flags(parser: argparse.ArgumentParser) -> None:
+    add_options(parser, EvalTarget)
+    add_options(parser, EvalOptions)
+    _add_common(parser)
 
 
-def _add_finetune(commands: Commands) -> None:
-    finetune = commands.add_parser(
-        "finetune",
-        help="fine-tune the reranker or the embedder on a BEIR collection's relevance labels",
-        description="Domain adaptation: train on qrels/<split>.tsv with hard negatives mined "
-        "from the configured embedder's cosine top-k, validate on held-out train queries, keep "
-        "the best checkpoint by validation NDCG@10 and save a model folder for "
-        "RAGRANK_RERANK_MODEL or RAGRANK_EMBED_MODEL. Queries of --held-out-split are never "
-        "seen. Rerun the same command to resume an interrupted run.",
-    )
-    roles = finetune.add_subparsers(title="models", required=True, metavar="MODEL")
+def _finetune_flags(parser: argparse.ArgumentParser) -> None:
+    roles = parser.add_subparsers(title="models", required=True, metavar="MODEL")
     for role, spec in FINETUNE_ROLES.items():
-        parser = roles.add_parser(role, help=spec.help, description=spec.help + ".")
-        add_options(parser, FinetuneOptions, defaults=spec.defaults, choices={"loss": spec.losses})
-        _add_common(parser)
-        parser.set_defaults(run=_finetune, role=role)
+        model = roles.add_parser(role, help=spec.help, description=spec.help + ".")
+        add_options(model, FinetuneOptions, defaults=spec.defaults, choices={"loss": spec.losses})
+        _add_common(model)
+        model.set_defaults(run=_finetune, role=role)
 
 
-def _add_bench(commands: Commands) -> None:
-    bench = commands.add_parser(
-        "bench",
-        help="load-test /v1/rerank against the model-only ceiling, other batching and Infinity",
-        description="/v1/rerank under concurrent load against what the model alone can do: "
-        "the in-process ceiling, `ragrank serve` with sorted, arrival-order and per-request "
-        "batching, and Infinity on the same model when it is installed. --host-only measures "
-        "the host path with a zero-layer model instead. Prints pairs/s, p50/p99 latency and "
-        "the ratios; writes JSON.",
-    )
-    add_options(bench, BenchOptions)
-    bench.set_defaults(run=_bench)
+def _bench_flags(parser: argparse.ArgumentParser) -> None:
+    add_options(parser, BenchOptions)
 
 
-def _add_store(commands: Commands) -> None:
-    store = commands.add_parser(
-        "store",
-        help="the store: migrate an earlier folder, add BM25 vectors, build the index, show "
-        "its state",
-        description="migrate: copy every collection that ragrank's earlier embedded engine "
-        "(qdrant-client's local mode) wrote in RAGRANK_QDRANT_PATH into Qdrant Edge, keeping "
-        "ids, vectors and payloads (nothing is re-embedded); rerun it to finish an interrupted "
-        "migration. add-sparse: give every point of the collection (embedded or on a Qdrant "
-        "server) its BM25 sparse vector, computed from its stored text with the current "
-        "RAGRANK_SPARSE and RAGRANK_BM25_* settings (nothing is re-embedded; rerun it to finish "
-        "an interrupted run). optimize: build the HNSW index of points written since the last "
-        "build. info: the collection's points, and how many are not yet in the index.",
-    )
-    store.add_argument("action", choices=("migrate", "add-sparse", "optimize", "info"))
-    _add_common(store)
-    store.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    store.set_defaults(run=_store)
+def _store_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("migrate", "add-sparse", "optimize", "info"))
+    _add_common(parser)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _add_common(parser: argparse.ArgumentParser, preset_default: str | None = None) -> None:
@@ -492,6 +414,98 @@ def _demo(args: argparse.Namespace) -> int:
         args.collection = DEMO_COLLECTION
     run_demo(settings_from_args(args), serve=not args.no_serve)
     return 0
+
+
+#: Each subcommand: (help, description, the function that adds its flags, what it runs).
+COMMANDS: dict[str, _Command] = {
+    "serve": _Command(
+        "run the REST API (/v1/search, /health, /ready, /schema)",
+        "Load the models, open Qdrant (embedded folder, or a server with "
+        "RAGRANK_QDRANT_URL) and serve the REST API. On an embedded folder the indexing worker "
+        "runs in the same process.",
+        _serve_flags,
+        _serve,
+    ),
+    "index": _Command(
+        "chunk, embed and upsert documents into Qdrant",
+        "Sync a JSONL file ('id' or '_id', 'text', optional 'title' and "
+        "'metadata'), a BEIR corpus.jsonl(.gz), or a folder of .txt/.md/.html files into "
+        "Qdrant. Unchanged documents are skipped without embedding, changed ones replaced; a "
+        "run that was killed is completed by the next one.",
+        _index_flags,
+        _index,
+    ),
+    "worker": _Command(
+        "run the indexing worker: jobs from the API and watched folders",
+        "Run queued jobs (POST/DELETE /v1/documents) from the SQLite queue at "
+        "RAGRANK_JOBS_PATH and keep the RAGRANK_WATCH folders in sync, until interrupted. "
+        "With an embedded Qdrant folder, `ragrank serve` already runs the worker itself.",
+        _worker_flags,
+        _worker,
+    ),
+    "demo": _Command(
+        "index the bundled sample corpus, show cosine vs reranked order, then serve",
+        "Index the bundled multilingual sample (124 short documents, 16 labelled "
+        f"queries) into the collection '{DEMO_COLLECTION}', print a few queries in cosine and "
+        "in reranked order, then serve the API. --preset auto picks 'small' models on a "
+        "machine without CUDA.",
+        _demo_flags,
+        _demo,
+    ),
+    "models": _Command(
+        "pull the configured models into the cache, or check that they load",
+        "pull: download the configured embedding and reranking models into the "
+        "Hugging Face cache (HF_HOME), so the stack can start offline. check: load each "
+        "through the server's own code and report where from, its dimension and max length; "
+        "exits 1 if any fails.",
+        _models_flags,
+        _models,
+    ),
+    "store": _Command(
+        "the store: migrate an earlier folder, add BM25 vectors, build the index, show its state",
+        "migrate: copy every collection that ragrank's earlier embedded engine "
+        "(qdrant-client's local mode) wrote in RAGRANK_QDRANT_PATH into Qdrant Edge, keeping "
+        "ids, vectors and payloads (nothing is re-embedded); rerun it to finish an interrupted "
+        "migration. add-sparse: give every point of the collection (embedded or on a Qdrant "
+        "server) its BM25 sparse vector, computed from its stored text with the current "
+        "RAGRANK_SPARSE and RAGRANK_BM25_* settings (nothing is re-embedded; rerun it to finish "
+        "an interrupted run). optimize: build the HNSW index of points written since the last "
+        "build. info: the collection's points, and how many are not yet in the index.",
+        _store_flags,
+        _store,
+    ),
+    "eval": _Command(
+        "NDCG@10 of cosine, BM25, hybrid and reranked retrieval on BEIR datasets",
+        "Evaluate on BEIR-format collections (corpus.jsonl(.gz), queries.jsonl, "
+        "qrels/<split>.tsv): exact cosine top-100 with faiss, Qdrant's own dense (ANN), BM25 "
+        "and hybrid search, and the cross-encoder over a first stage's top --candidates. "
+        "Prints NDCG@10 per dataset with paired significance tests against cosine, bootstrap "
+        "CIs, per-query wins/ties/losses and each system's oracle@K (the best any reranker "
+        "could do with its top K); writes report.json, report.md and plots to --output.",
+        _eval_flags,
+        _eval,
+    ),
+    "finetune": _Command(
+        "fine-tune the reranker or the embedder on a BEIR collection's relevance labels",
+        "Domain adaptation: train on qrels/<split>.tsv with hard negatives mined "
+        "from the configured embedder's cosine top-k, validate on held-out train queries, keep "
+        "the best checkpoint by validation NDCG@10 and save a model folder for "
+        "RAGRANK_RERANK_MODEL or RAGRANK_EMBED_MODEL. Queries of --held-out-split are never "
+        "seen. Rerun the same command to resume an interrupted run.",
+        _finetune_flags,
+        None,
+    ),
+    "bench": _Command(
+        "load-test /v1/rerank against the model-only ceiling, other batching and Infinity",
+        "/v1/rerank under concurrent load against what the model alone can do: "
+        "the in-process ceiling, `ragrank serve` with sorted, arrival-order and per-request "
+        "batching, and Infinity on the same model when it is installed. --host-only measures "
+        "the host path with a zero-layer model instead. Prints pairs/s, p50/p99 latency and "
+        "the ratios; writes JSON.",
+        _bench_flags,
+        _bench,
+    ),
+}
 
 
 if __name__ == "__main__":
