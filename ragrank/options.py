@@ -126,7 +126,7 @@ def _add_flag(
     choices: tuple[str, ...] | None,
 ) -> None:
     meta = field.metadata
-    kind, optional = _unwrap_optional(hint)
+    kind = _unwrap_optional(hint)
     required = default is dataclasses.MISSING
     spec: dict[str, Any] = {"dest": field.name, "help": meta["help"]}
     if meta["metavar"]:
@@ -146,8 +146,6 @@ def _add_flag(
             spec["default"] = None if meta["repeat"] else default
             if default not in (None, ()):
                 spec["help"] += f" (default: {_shown(default)})"
-    if optional and not required and default is None and kind is not bool:
-        spec.setdefault("default", None)
     parser.add_argument(flag_name(field), **spec)
     if meta["none_flag"]:
         off, off_help = meta["none_flag"]
@@ -194,13 +192,13 @@ def _comma_separated(
     return parse
 
 
-def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
-    """(X, True) for `X | None`, else (hint, False)."""
+def _unwrap_optional(hint: Any) -> Any:
+    """X for `X | None`, else the hint itself."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         if len(members) == 1:
-            return members[0], True
-    return hint, False
+            return members[0]
+    return hint
 
 
 def _shown(default: Any) -> str:

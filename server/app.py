@@ -4,7 +4,7 @@ demo, ready-made `Services`)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -65,7 +65,7 @@ def create_app(
                 instrument(search_service.embed_engine)
                 instrument(search_service.score_engine)
                 app.state.search_service = search_service
-                async with AsyncExitStack() as companions:
+                with ExitStack() as companions:
                     for companion in alongside:
                         companions.enter_context(companion(ready, provide_jobs()))
                     yield

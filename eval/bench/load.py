@@ -18,7 +18,6 @@ truncation). Prints pairs/s, p50/p99 request latency and the ratios; writes JSON
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -49,7 +48,6 @@ from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
 from ragrank.errors import RagrankError
 from ragrank.models import CrossEncoderScorer
-from ragrank.options import add_options, options_from_args
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -294,12 +292,10 @@ def _ratio(results: dict[str, RunResult], top: str, bottom: str) -> float | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m eval.bench.load`: the same flags as `ragrank bench`."""
-    parser = argparse.ArgumentParser(
-        prog="ragrank bench", description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
-    add_options(parser, BenchOptions)
-    return run(options_from_args(BenchOptions, parser.parse_args(argv)))
+    """`python -m eval.bench.load` is `ragrank bench`: the command's own parser and errors."""
+    from ragrank.cli import main as ragrank
+
+    return ragrank(["bench", *(sys.argv[1:] if argv is None else argv)])
 
 
 def run(options: BenchOptions) -> int:
