@@ -316,6 +316,14 @@ class Settings:
         "127.0.0.1", "interface `ragrank serve` listens on (`0.0.0.0` in containers)"
     )
     port: int = setting(8000, "port `ragrank serve` listens on")
+    playground: str = setting(
+        "on", "serve the web playground at `/playground` (a page calling the API): `on` or `off`"
+    )
+    labels: Path | None = setting(
+        None,
+        "a BEIR folder (`queries.jsonl`, `qrels/test.tsv`) whose labelled queries the playground "
+        "offers as examples and marks, with NDCG@10; `ragrank demo` sets the bundled sample's",
+    )
 
     def __post_init__(self) -> None:
         # An empty variable (as compose files pass them) means "not set".
@@ -390,6 +398,7 @@ class Settings:
             "sparse": SPARSE_KINDS,
             "retrieval": RETRIEVALS,
             "fusion": FUSIONS,
+            "playground": ("on", "off"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -21,6 +21,7 @@ from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS, body_too_large
 from server.limits import write_limits_into_schema
 from server.metrics import PROMETHEUS, MetricsController, instrument
+from server.playground import playground_router
 from server.request_log import request_id_middleware
 from server.routes import ROUTES
 from server.schemas import complete_request_schemas
@@ -79,7 +80,12 @@ def create_app(
 
     keys = ApiKeys.from_settings(settings)  # a missing key file stops here, at start-up
     app = Litestar(
-        route_handlers=[*ROUTES, *DOCUMENT_ROUTES, MetricsController],
+        route_handlers=[
+            *ROUTES,
+            *DOCUMENT_ROUTES,
+            MetricsController,
+            playground_router(settings, api_keys=keys.enabled),
+        ],
         guards=[api_key_guard(keys)],
         before_request=strict_body(settings),
         middleware=[PROMETHEUS.middleware],

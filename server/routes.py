@@ -99,6 +99,7 @@ async def search(
                 metadata=dict(hit.candidate.chunk.metadata),
                 score=hit.score,
                 retrieval_score=hit.candidate.retrieval_score,
+                retrieval_rank=hit.retrieval_rank,
             )
             for rank, hit in enumerate(outcome.hits, start=1)
         ],

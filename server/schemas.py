@@ -150,6 +150,13 @@ class SearchHit(Struct, frozen=True, kw_only=True):
             "(`sparse`), or the fused score (`hybrid`)."
         ),
     ]
+    retrieval_rank: Annotated[
+        int,
+        Meta(
+            description="The chunk's 1-based position in the first stage's order: how far "
+            "reranking moved it."
+        ),
+    ]
 
 
 class Timings(Struct, frozen=True, kw_only=True):

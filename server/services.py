@@ -91,6 +91,8 @@ class Services:
 class ScoredHit:
     candidate: Candidate
     score: float
+    #: 1-based position in the first stage's order, before any reranking.
+    retrieval_rank: int
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,7 @@ class SearchService:
             lambda: store.search(vector, candidates, where, sparse=lexical, fusion=fusing)
         )
         fetched = time.perf_counter()
-        hits = [ScoredHit(c, c.retrieval_score) for c in retrieved]
+        hits = [ScoredHit(c, c.retrieval_score, rank) for rank, c in enumerate(retrieved, 1)]
         rerank_error = None
         if rerank and retrieved:
             try:
@@ -240,7 +242,10 @@ class SearchService:
                 log.warning("reranking skipped, cosine order returned: %s", rerank_error)
             else:
                 scores = relevance(np.asarray(reranked.logits, dtype=np.float32))
-                hits = [ScoredHit(c, float(s)) for c, s in zip(retrieved, scores, strict=True)]
+                hits = [
+                    ScoredHit(hit.candidate, float(score), hit.retrieval_rank)
+                    for hit, score in zip(hits, scores, strict=True)
+                ]
                 # A stable sort keeps cosine order among equal rerank scores.
                 hits.sort(key=lambda hit: hit.score, reverse=True)
         finished = time.perf_counter()

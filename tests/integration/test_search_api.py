@@ -69,6 +69,7 @@ async def test_search_returns_top_k_hits_with_every_field_and_timings(client):
             "metadata",
             "score",
             "retrieval_score",
+            "retrieval_rank",
         }
         assert hit["text"] and hit["doc_id"] and "lang" in hit["metadata"]
         assert 0.0 <= hit["score"] <= 1.0
@@ -96,6 +97,12 @@ async def test_reranked_order_follows_the_cross_encoder_over_the_cosine_candidat
         assert hit["score"] == pytest.approx(by_key[key(hit)], abs=1e-6)
     scores = [hit["score"] for hit in reranked["results"]]
     assert scores == sorted(scores, reverse=True)
+    # Each hit says where the first stage had it: how far reranking moved it.
+    first_rank = {key(h): h["rank"] for h in cosine["results"]}
+    assert [h["retrieval_rank"] for h in reranked["results"]] == [
+        first_rank[key(h)] for h in reranked["results"]
+    ]
+    assert [h["retrieval_rank"] for h in cosine["results"]] == list(range(1, 21))
 
 
 @pytest.mark.parametrize("retrieval", ["dense", "sparse", "hybrid"])
