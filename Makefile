@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity test test-slow lint stack-tools clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity test test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -88,6 +88,19 @@ lint: setup ## ruff, mypy --strict, the import layering (import-linter) and hado
 
 stack-tools: ## fetch Docker Compose v2 and Caddy so `make test` validates the compose stack too
 	.ci/stack-tools
+
+browser: ## install Debian's Chromium for the playground's browser tests (they skip without it)
+	@if [ -x /usr/bin/chromium ]; then echo "browser: $$(/usr/bin/chromium --version)"; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+	  || { $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y --no-install-recommends chromium; }; \
+	else echo "browser: no apt-get here; install Chromium and set RAGRANK_CHROMIUM to it" >&2; fi
+
+screenshot: setup browser ## retake docs/playground.png, the playground picture the README shows
+	RAGRANK_PLAYGROUND_SCREENSHOT=docs/playground.png $(BIN)/pytest -q \
+	  tests/integration/test_playground.py -k screenshot
 
 clean: ## remove the virtualenv, caches and local data
 	rm -rf $(VENV) .venv-infinity .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info

@@ -28,6 +28,9 @@ EXAMPLE_QUERIES = ("q04", "q08", "q13")
 
 def run_demo(settings: Settings, *, serve: bool, console: Console | None = None) -> None:
     console = console or Console()
+    if settings.labels is None:
+        # The playground marks the sample's labelled answers and scores each of its queries.
+        settings = settings.replace(labels=SAMPLE_DATASET)
     placement = resolve_placement(settings.device, settings.dtype)
     store_place = settings.qdrant_url or f"embedded Qdrant in {settings.qdrant_path}"
     dtype = str(placement.dtype).removeprefix("torch.")
@@ -52,6 +55,10 @@ def run_demo(settings: Settings, *, serve: bool, console: Console | None = None)
             '-d \'{"query": "How do heat pumps work?", "top_k": 5}\'\n'
             f"OpenAPI: {base}/schema   Readiness: {base}/ready"
         )
+        if settings.playground == "on":
+            console.print(
+                f"[bold]Playground:[/] {base}/playground  (first stage and reranked side by side)"
+            )
         if serve:
             serve_app(create_app(settings, services=services), settings)
     finally:

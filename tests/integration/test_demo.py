@@ -3,6 +3,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from ragrank import SAMPLE_DATASET
 from ragrank.cli import main
 from ragrank.store import open_store
 
@@ -10,11 +11,16 @@ if TYPE_CHECKING:
     from ragrank.settings import Settings
 
 
-def test_demo_indexes_the_sample_and_shows_both_orders(settings: Settings, capsys, monkeypatch):
+def test_demo_indexes_the_sample_shows_both_orders_and_serves_its_labels(
+    settings: Settings, capsys, monkeypatch
+):
+    import server.demo
+
     monkeypatch.setenv("COLUMNS", "200")
+    served: list[Settings] = []
+    monkeypatch.setattr(server.demo, "serve_app", lambda app, settings: served.append(settings))
     argv = [
         "demo",
-        "--no-serve",
         "--embed-model",
         settings.embed_model,
         "--rerank-model",
@@ -33,6 +39,9 @@ def test_demo_indexes_the_sample_and_shows_both_orders(settings: Settings, capsy
     assert "Qui a inventé l'imprimerie" in out
     assert re.search(r"✓ ", out), "labelled relevant documents are marked"
     assert "curl -s http://127.0.0.1:8123/v1/search" in out
+    assert "Playground: http://127.0.0.1:8123/playground" in out
+    # The playground marks the sample's labelled answers.
+    assert [s.labels for s in served] == [SAMPLE_DATASET]
     store = open_store(settings.replace(collection="ragrank-demo"))
     try:
         assert store.count() >= 124

@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from typing import TYPE_CHECKING
 
 import httpx
 
+from tests.servers import ragrank_serve
+
 if TYPE_CHECKING:
     from ragrank.settings import Settings
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_serve_answers_over_http_and_stops_cleanly(settings: Settings):
-    port = _free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "ragrank.cli",
-        "serve",
-        "--port",
-        str(port),
+    flags = [
         "--embed-model",
         settings.embed_model,
         "--rerank-model",
@@ -40,25 +24,8 @@ def test_serve_answers_over_http_and_stops_cleanly(settings: Settings):
         "--device",
         "cpu",
     ]
-    server = subprocess.Popen(
-        command,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "RAGRANK_JOBS_PATH": str(settings.jobs_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, server.stdout.read() if server.stdout else ""
-            try:
-                if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server not ready within 120 s"
-            time.sleep(0.5)
+    env = {"RAGRANK_JOBS_PATH": str(settings.jobs_path)}
+    with ragrank_serve(flags, env) as (base, server):
         # A fresh collection exists and is empty: a search succeeds with no results.
         response = httpx.post(f"{base}/v1/search", json={"query": "anything"}, timeout=30)
         assert response.status_code == 200
@@ -78,11 +45,4 @@ def test_serve_answers_over_http_and_stops_cleanly(settings: Settings):
         assert status["state"] == "done" and status["counts"]["new"] == 1, status
         hits = httpx.post(f"{base}/v1/search", json={"query": "Rhine"}, timeout=30).json()
         assert [hit["doc_id"] for hit in hits["results"]] == ["d1"]
-    finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            raise
     assert server.returncode == 0

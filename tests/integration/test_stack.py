@@ -8,7 +8,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from tests.servers import free_port
 from tests.unit.test_compose import PROFILES, REPO, _compose, _services
 
 if TYPE_CHECKING:
@@ -94,12 +94,6 @@ class _Replica(BaseHTTPRequestHandler):
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_the_load_balancer_alternates_replicas_and_retries_a_post_on_the_live_one(
     tmp_path: Path,
 ):
@@ -110,7 +104,7 @@ def test_the_load_balancer_alternates_replicas_and_retries_a_post_on_the_live_on
     for replica in replicas:
         threading.Thread(target=replica.serve_forever, daemon=True).start()
     ports = [replica.server_address[1] for replica in replicas]
-    listen = _free_port()
+    listen = free_port()
     config = _compose()["configs"]["caddyfile"]["content"]
     config = re.sub(
         r"dynamic a api-replica 8000 \{.*?\}",

@@ -74,7 +74,9 @@ async def test_labels_come_from_the_configured_beir_folder_by_exact_query_text(
         assert found == {"query_id": query_id, "relevant": dict(dataset.qrels[query_id])}
         unknown = await client.get("/playground/labels", params={"text": "no such"}, headers=auth)
         assert unknown.json() == {"query_id": None, "relevant": {}}
-        too_long = await client.get("/playground/labels", params={"text": "x" * 30_000}, headers=auth)
+        too_long = await client.get(
+            "/playground/labels", params={"text": "x" * 30_000}, headers=auth
+        )
         assert too_long.status_code == 400 and too_long.json()["error"]["field"] == "text"
 
 
