@@ -86,7 +86,8 @@ class Labels:
             queries = load_queries(root / "queries.jsonl")
             qrels = load_qrels(root / "qrels" / "test.tsv")
         except (OSError, DocumentError) as exc:
-            raise SettingsError(f"{env_name('labels')}: cannot read labels in {root}: {exc}") from None
+            message = f"{env_name('labels')}: cannot read labels in {root}: {exc}"
+            raise SettingsError(message) from None
         by_text: dict[str, tuple[str, dict[str, int]]] = {}
         for query_id, text in queries.items():
             if query_id in qrels:

@@ -196,6 +196,12 @@ function ndcg(hits, relevant, k) {
 
 const hitKey = (hit) => `${hit.doc_id}#${hit.chunk}`;
 
+// A hub id as it is; a local model folder by its last name (the full path is long and says
+// more about the server's disk than about the model).
+function modelName(id) {
+  return /^[./~]/.test(id) ? id.replace(/\/+$/, "").split("/").pop() : id;
+}
+
 function metadataLine(hit) {
   const parts = [`${hit.doc_id} · chunk ${hit.chunk}`];
   for (const [key, value] of Object.entries(hit.metadata || {})) {
@@ -256,7 +262,7 @@ function renderColumns(first, reranked, query, relevant) {
   if (!first.results.length) firstList.append(element("li", "empty", "No results."));
   if (!reranked.results.length) rerankedList.append(element("li", "empty", "No results."));
   $("first-name").textContent = `(${first.retrieval})`;
-  $("reranked-name").textContent = reranked.reranked ? `(${state.config ? state.config.rerank_model : "cross-encoder"})` : "(not reranked)";
+  $("reranked-name").textContent = reranked.reranked ? `(${state.config ? modelName(state.config.rerank_model) : "cross-encoder"})` : "(not reranked)";
   $("results").hidden = false;
   drawMoves(shownFirst);
 }
@@ -426,7 +432,7 @@ async function start() {
   }
   const config = state.config;
   $("server-info").textContent = `ragrank ${config.version} · collection ${config.collection} · ` +
-    `embedder ${config.embed_model} · reranker ${config.rerank_model}`;
+    `embedder ${modelName(config.embed_model)} · reranker ${modelName(config.rerank_model)}`;
   $("api-key-field").hidden = !config.api_keys;
   const retrieval = $("retrieval");
   for (const mode of config.retrievals) {
