@@ -317,7 +317,7 @@ class Settings:
     )
     port: int = setting(8000, "port `ragrank serve` listens on")
     playground: str = setting(
-        "on", "serve the web playground at `/playground` (a page calling the API): `on` or `off`"
+        "on", "serve the web [playground](playground.md) at `/playground`: `on` or `off`"
     )
     labels: Path | None = setting(
         None,
