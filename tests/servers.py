@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,10 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from eval.bench.load import free_port
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager

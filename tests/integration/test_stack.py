@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.servers import free_port
+from eval.bench.load import free_port
 from tests.unit.test_compose import PROFILES, REPO, _compose, _services
 
 if TYPE_CHECKING:
