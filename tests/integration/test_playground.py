@@ -5,6 +5,7 @@ an order is good."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -248,6 +249,29 @@ def test_a_missing_key_and_a_busy_or_unready_server_read_as_sentences(page: Page
         assert page.text_content("#form-error") == expected
         page.unroute("**/v1/search")
     assert _search(page, "coffee") == "done"
+
+
+def test_a_reranker_fallback_is_said_with_the_apis_reason(page: Page, served: str):
+    """The server's own answer to `rerank: "auto"` when its reranker could not answer: the
+    first stage's order, `reranked: false` and `rerank_error`. (A stand-in for the real
+    fallback, which needs a failing model; the server's side is tested in the API tests.)"""
+    reason = "queue_full: the rerank queue holds 4096 items"
+
+    def fall_back(route: Route) -> None:
+        body = route.request.post_data_json
+        if body.get("rerank") != "auto":
+            route.continue_()
+            return
+        answer = route.fetch(post_data=json.dumps({**body, "rerank": False})).json()
+        route.fulfill(json={**answer, "reranked": False, "rerank_error": reason})
+
+    page.route("**/v1/search", fall_back)
+    assert _search(page, "coffee") == "done"
+    assert page.text_content("#rerank-notice") == (
+        f"Not reranked: {reason}. The right column shows the first stage's order."
+    )
+    assert _keys(page, "reranked") == _keys(page, "first")
+    assert page.text_content("#reranked-name") == "(not reranked)"
 
 
 def test_documents_are_shown_as_text_and_never_run(page: Page, served: str):
