@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,14 +15,19 @@ import httpx
 import pytest
 
 from eval.metrics import score_run
+from indexing import Indexer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
+from ragrank.store import open_store
+from tests.conftest import tiny_settings
 from tests.servers import ragrank_serve
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from playwright.sync_api import Browser, Page, Route
+
+    from ragrank.models import SentenceTransformerEmbedder
 
 KEY = "playground-browser-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -68,24 +71,30 @@ def _browser_or_skip() -> None:
 
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, tiny_embedder_path: Path, tiny_reranker_path: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_embedder_path: Path,
+    tiny_reranker_path: Path,
+    embedder: SentenceTransformerEmbedder,
 ) -> Iterator[str]:
-    """`ragrank serve` on the bundled sample indexed by `ragrank index`, with API keys, the
-    sample's labels, and one hostile document added through the API."""
+    """`ragrank serve` on the bundled sample (indexed by the indexer, in this process, which
+    saves a second process's start), with API keys and the sample's labels, and one hostile
+    document added through its API."""
     _browser_or_skip()
-    folder = tmp_path_factory.mktemp("playground")
-    flags = [
-        *("--embed-model", str(tiny_embedder_path), "--rerank-model", str(tiny_reranker_path)),
-        *("--qdrant-path", str(folder / "qdrant"), "--device", "cpu"),
-    ]
-    env = {"HF_HUB_OFFLINE": "1", "RAGRANK_JOBS_PATH": str(folder / "jobs.sqlite3")}
-    corpus = str(SAMPLE_DATASET / "corpus.jsonl")
-    subprocess.run(
-        [sys.executable, "-m", "ragrank.cli", "index", corpus, "--no-progress", *flags],
-        env={**os.environ, **env},
-        check=True,
-        capture_output=True,
+    settings = tiny_settings(
+        tmp_path_factory.mktemp("playground"), tiny_embedder_path, tiny_reranker_path
     )
+    store = open_store(settings)
+    try:
+        indexer = Indexer.from_settings(settings, embedder, store)
+        indexer.index(load_beir(SAMPLE_DATASET).corpus.values(), progress=False)
+    finally:
+        store.close()
+    flags = [
+        *("--embed-model", settings.embed_model, "--rerank-model", settings.rerank_model),
+        *("--qdrant-path", str(settings.qdrant_path), "--collection", settings.collection),
+        *("--device", "cpu"),
+    ]
+    env = {"RAGRANK_JOBS_PATH": str(settings.jobs_path)}
     env |= {"RAGRANK_API_KEYS": KEY, "RAGRANK_LABELS": str(SAMPLE_DATASET)}
     with ragrank_serve(flags, env) as (base, _):
         job = httpx.post(f"{base}/v1/documents", json={"documents": [HOSTILE]}, headers=AUTH)
