@@ -19,7 +19,7 @@ from msgspec import Struct
 from ragrank import __version__
 from ragrank.beir import load_qrels, load_queries
 from ragrank.errors import DocumentError, SettingsError
-from ragrank.settings import env_name
+from ragrank.settings import RETRIEVALS, env_name
 from server.auth import PUBLIC
 from server.schemas import MAX_QUERY_CHARS
 from server.services import SearchService
@@ -112,7 +112,7 @@ def playground_router(settings: Settings, *, api_keys: bool) -> Router:
         services = search_service.services
         return PlaygroundConfig(
             api_keys=api_keys,
-            retrievals=["dense"] if settings.sparse == "none" else ["dense", "sparse", "hybrid"],
+            retrievals=["dense"] if settings.sparse == "none" else list(RETRIEVALS),
             retrieval=settings.retrieval,
             max_top_k=settings.max_top_k,
             max_candidates=settings.max_candidates,

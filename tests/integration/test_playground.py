@@ -232,6 +232,11 @@ def test_the_filter_narrows_both_columns_and_bad_values_show_the_apis_message(
     # A filter key Qdrant cannot take: the API names the filter.
     assert _search(page, query, candidates="50", filter="bad key=1") == "error"
     assert "filter" in page.text_content("#filter-error")
+    # A filter the page cannot read is refused beside it, before anything is sent.
+    assert _search(page, query, filter="lang") == "error"
+    assert page.text_content("#filter-error") == (
+        "filter: write key=value pairs separated by commas, or a JSON object"
+    )
 
 
 def _answering(status: int, headers: dict[str, str]) -> Callable[[Route], None]:

@@ -73,7 +73,9 @@ function clearErrors() {
 function showError(error) {
   let where = "form";
   let sentence = error.message;
-  if (error.status === 400 || error.status === 413) {
+  if (error.status === null) {
+    where = error.field; // the page's own check, before anything was sent
+  } else if (error.status === 400 || error.status === 413) {
     const root = (error.field || "").split(/[.[]/)[0];
     if (FIELDS.includes(root)) where = root;
     sentence = `The server refused this value: ${error.message}`;
@@ -121,14 +123,14 @@ function parseFilter(text) {
     try {
       return JSON.parse(raw);
     } catch (error) {
-      throw new ApiError(400, `filter: not valid JSON (${error.message})`, "filter", null);
+      throw new ApiError(null, `filter: not valid JSON (${error.message})`, "filter", null);
     }
   }
   const filter = {};
   for (const part of raw.split(",")) {
     const [key, ...rest] = part.split("=");
     if (!rest.length || !key.trim()) {
-      throw new ApiError(400, "filter: write key=value pairs separated by commas, or a JSON object",
+      throw new ApiError(null, "filter: write key=value pairs separated by commas, or a JSON object",
         "filter", null);
     }
     filter[key.trim()] = parseValue(rest.join("=").trim());
@@ -231,7 +233,6 @@ function renderHit(hit, position, terms, relevant, moveNode, scoreText) {
 
 function renderColumns(first, reranked, query, relevant) {
   const terms = queryTerms(query);
-  const shownFirst = new Map(first.results.map((hit, i) => [hitKey(hit), i + 1]));
   const shownReranked = new Map(reranked.results.map((hit, i) => [hitKey(hit), i + 1]));
   const firstList = $("first-list");
   const rerankedList = $("reranked-list");
@@ -264,7 +265,7 @@ function renderColumns(first, reranked, query, relevant) {
   $("first-name").textContent = `(${first.retrieval})`;
   $("reranked-name").textContent = reranked.reranked ? `(${state.config ? modelName(state.config.rerank_model) : "cross-encoder"})` : "(not reranked)";
   $("results").hidden = false;
-  drawMoves(shownFirst);
+  drawMoves();
 }
 
 // Lines from each first-stage result to where reranking put it (wide screens only).
@@ -355,6 +356,7 @@ async function search(event) {
     body = requestBody();
   } catch (error) {
     showError(error);
+    document.body.dataset.state = "error";
     return;
   }
   sessionStorage.setItem(KEY_STORAGE, $("api-key").value.trim());
