@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ragrank.documents import Document, read_jsonl_documents
 from ragrank.errors import DocumentError
+from ragrank.ids import doc_id_problem
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -52,6 +53,10 @@ def read_file(path: Path, root: Path) -> Document:
     else:
         text, title = raw, _title(raw, path)
     relative = path.relative_to(root).as_posix()
+    problem = doc_id_problem(relative)
+    if problem:
+        # The id of a file is its path: one the API could not address is refused here too.
+        raise DocumentError(f"{path}: {problem}")
     modified = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
     return Document(
         doc_id=relative, text=text, title=title, metadata={"source": relative, "modified": modified}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from ragrank.errors import DocumentError
+from ragrank.ids import doc_id_problem
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -95,6 +96,9 @@ def document_from_record(record: object, *, where: str) -> Document:
         doc_id = str(doc_id)
     if not isinstance(doc_id, str) or not doc_id:
         raise DocumentError(f"{where}: needs a non-empty string 'id' or '_id'")
+    problem = doc_id_problem(doc_id)
+    if problem:
+        raise DocumentError(f"{where}: {problem}")
     text = record.get("text")
     if not isinstance(text, str):
         raise DocumentError(f"{where}: document {doc_id!r} needs a string 'text'")

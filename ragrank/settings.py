@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ragrank.errors import SettingsError
+from ragrank.ids import collection_problem
 
 if typing.TYPE_CHECKING:
     from collections.abc import Mapping
@@ -38,6 +39,24 @@ LIMIT_CEILINGS = {
     "max_embed_inputs": 20_480,
     "max_ingest_documents": 10_000,
     "max_ingest_document_chars": 10_000_000,
+    "max_json_depth": 256,
+    "max_json_values": 10_000_000,
+    "max_json_items": 100_000,
+    "max_json_keys": 10_000,
+    "max_json_string_chars": 10_000_000,
+}
+#: The least each limit may be set to, where 1 is not enough: a request that leaves out top_k
+#: or candidates gets their defaults (10, 50); a document with metadata nests four levels deep
+#: (body, `documents`, the document, `metadata`); a search request has 11 fields.
+LIMIT_FLOORS = {"max_top_k": 10, "max_candidates": 50, "max_json_depth": 4, "max_json_keys": 16}
+#: The structural limits of any JSON body, and the route limits each must hold.
+BODY_LIMITS_HOLD = {
+    "max_json_items": ("max_rerank_documents", "max_embed_inputs", "max_ingest_documents"),
+    "max_json_string_chars": (
+        "max_query_chars",
+        "max_document_chars",
+        "max_ingest_document_chars",
+    ),
 }
 
 DEFAULT_EMBED_MODEL = "intfloat/multilingual-e5-base"
@@ -274,6 +293,23 @@ class Settings:
         "the largest request body read; a larger one gets `413` naming this limit, unread",
         shown="`16777216` (16 MiB)",
     )
+    max_json_depth: int = setting(
+        32, "levels of nesting of a JSON body, its arrays and objects (4 to 256)"
+    )
+    max_json_values: int = setting(
+        500_000, "array items and object members in a whole JSON body (at most 10,000,000)"
+    )
+    max_json_items: int = setting(
+        20_480,
+        "items of any one array in a JSON body; at least each route's own item limit (at most "
+        "100,000)",
+    )
+    max_json_keys: int = setting(256, "members of any one object in a JSON body (16 to 10,000)")
+    max_json_string_chars: int = setting(
+        1_000_000,
+        "characters of any one string or key in a JSON body; at least each route's own "
+        "character limit (at most 10,000,000)",
+    )
     max_query_chars: int = setting(2_000, "characters of a search or rerank query (at most 20,000)")
     max_top_k: int = setting(100, "most results of a search (10 to 1,000)")
     max_candidates: int = setting(500, "most chunks a search retrieves to rerank (50 to 5,000)")
@@ -382,11 +418,7 @@ class Settings:
                 f"{env_name('qdrant_replication_factor')}: a write cannot wait for more copies "
                 f"than exist"
             )
-        for name, ceiling in LIMIT_CEILINGS.items():
-            # A request that leaves out top_k or candidates gets their defaults (10, 50).
-            floor = {"max_top_k": 10, "max_candidates": 50}.get(name, 1)
-            if not floor <= getattr(self, name) <= ceiling:
-                raise SettingsError(f"{env_name(name)} must be between {floor} and {ceiling:,}")
+        self._check_limits()
         choices = {
             "rerank_backend": ("torch", "int8"),
             "packed": ("auto", "on", "off"),
@@ -412,6 +444,25 @@ class Settings:
         ):
             if not low <= getattr(self, name) <= high:
                 raise SettingsError(f"{env_name(name)} must be between {low:g} and {high:g}")
+
+    def _check_limits(self) -> None:
+        """Each request limit within its range, the body limits above the route limits they
+        hold, and the collection a name the store can keep."""
+        for name, ceiling in LIMIT_CEILINGS.items():
+            floor = LIMIT_FLOORS.get(name, 1)
+            if not floor <= getattr(self, name) <= ceiling:
+                raise SettingsError(f"{env_name(name)} must be between {floor} and {ceiling:,}")
+        for name, held in BODY_LIMITS_HOLD.items():
+            for route_limit in held:
+                if getattr(self, route_limit) > getattr(self, name):
+                    raise SettingsError(
+                        f"{env_name(route_limit)}={getattr(self, route_limit)} is above "
+                        f"{env_name(name)}={getattr(self, name)}, which bounds every JSON body "
+                        f"first: raise {env_name(name)} too"
+                    )
+        problem = collection_problem(self.collection)
+        if problem:
+            raise SettingsError(f"{env_name('collection')}: {problem}")
 
     @property
     def host_threads(self) -> int:

@@ -1,14 +1,29 @@
 """Document and job handlers: writes become jobs in the durable queue, answered at once with a
-job id; the indexing worker runs them (see indexing/worker.py)."""
+job id; the indexing worker runs them (see indexing/worker.py). Ids in paths follow the same
+rules as ids in bodies (`ragrank/ids.py`)."""
 
 from __future__ import annotations
 
-from litestar import delete, get, post
+from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
+
+from litestar import Request, delete, get, post
 from litestar.exceptions import NotFoundException
+from litestar.params import Parameter
 from litestar.status_codes import HTTP_202_ACCEPTED
 
 from indexing import JobStore
 from ragrank.documents import Document
+from ragrank.errors import InvalidRequestError
+from ragrank.ids import (
+    DOC_ID_PATTERN,
+    DOC_ID_RULE,
+    JOB_ID_PATTERN,
+    JOB_ID_RULE,
+    MAX_DOC_ID_CHARS,
+    doc_id_problem,
+    is_job_id,
+)
 from server.auth import WRITES
 from server.schemas import (
     DocumentsRequest,
@@ -18,13 +33,32 @@ from server.schemas import (
     error_responses,
 )
 
+DOCUMENTS_PATH = "/v1/documents"
+
+#: The id as the OpenAPI schema shows it. The route takes the rest of the path, `/` included,
+#: and reads it from the raw path: Litestar's own value is normalised (`a//b` reads `/a/b`).
+DocIdParameter = Annotated[
+    str,
+    Parameter(
+        description=f"The document's id, percent-encoded: {DOC_ID_RULE}; `/` may stay as is.",
+        schema_extra={"maxLength": MAX_DOC_ID_CHARS, "minLength": 1, "pattern": DOC_ID_PATTERN},
+    ),
+]
+JobIdParameter = Annotated[
+    str,
+    Parameter(
+        description=f"The job's id: {JOB_ID_RULE}.",
+        schema_extra={"pattern": JOB_ID_PATTERN, "minLength": 32, "maxLength": 32},
+    ),
+]
+
 
 @post(
-    "/v1/documents",
+    DOCUMENTS_PATH,
     status_code=HTTP_202_ACCEPTED,
     sync_to_thread=True,
     opt={WRITES: True},
-    responses=error_responses(400, 401, 403, 413, 500),
+    responses=error_responses(400, 401, 403, 413, 415, 500),
 )
 def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
     """Queue documents for indexing; a document with an existing `id` replaces it."""
@@ -36,19 +70,40 @@ def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
 
 
 @delete(
-    "/v1/documents/{doc_id:str}",
+    f"{DOCUMENTS_PATH}/{{doc_id:path}}",
     status_code=HTTP_202_ACCEPTED,
     sync_to_thread=True,
     opt={WRITES: True},
     responses=error_responses(400, 401, 403, 500),
 )
-def delete_document(doc_id: str, jobs: JobStore) -> JobAccepted:
+def delete_document(
+    doc_id: DocIdParameter, jobs: JobStore, request: Request[Any, Any, Any]
+) -> JobAccepted:
     """Queue the deletion of a document and all its chunks."""
-    return JobAccepted(job_id=jobs.add_delete(doc_id), state="queued")
+    del doc_id  # Litestar's value is normalised; the id is read from the raw path
+    return JobAccepted(job_id=jobs.add_delete(_doc_id_in_path(request)), state="queued")
+
+
+def _doc_id_in_path(request: Request[Any, Any, Any]) -> str:
+    """The id after `/v1/documents/` in the raw path, percent-decoded, under the id rule."""
+    raw: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    encoded = raw.rsplit(f"{DOCUMENTS_PATH}/".encode(), 1)[-1]
+    try:
+        doc_id = unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequestError(
+            "doc_id: the id's percent-encoding is not UTF-8", field="doc_id"
+        ) from None
+    problem = doc_id_problem(doc_id)
+    if problem:
+        raise InvalidRequestError(f"doc_id: {problem}", field="doc_id")
+    return doc_id
 
 
 @get("/v1/jobs/{job_id:str}", sync_to_thread=True, responses=error_responses(400, 401, 404, 500))
-def job_status(job_id: str, jobs: JobStore) -> JobStatus:
+def job_status(job_id: JobIdParameter, jobs: JobStore) -> JobStatus:
+    if not is_job_id(job_id):
+        raise InvalidRequestError(f"job_id: a job id is {JOB_ID_RULE}", field="job_id")
     job = jobs.get(job_id)
     if job is None:
         raise NotFoundException(f"no job {job_id!r}")

@@ -29,6 +29,7 @@ from ragrank.errors import (
     RequestTimeoutError,
     StoreError,
 )
+from ragrank.ids import DOC_ID_PATTERN
 from ragrank.settings import env_name
 from server.metrics import ERRORS
 from server.schemas import NON_BLANK, ErrorDetail, ErrorResponse
@@ -75,6 +76,7 @@ def validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Res
         field = named.group(1) if named else ""
     field = field.removesuffix("[...]")
     message = message.replace(f"matching regex {NON_BLANK!r}", "with some non-whitespace text")
+    message = message.replace(f"matching regex {DOC_ID_PATTERN!r}", "with no control characters")
     if field:
         message = f"{field}: {message}"
     return _error(HTTP_400_BAD_REQUEST, "invalid_request", message, field or None)

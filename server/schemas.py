@@ -10,6 +10,7 @@ from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import OpenAPI, OpenAPIType, Schema
 from msgspec import Meta, Struct
 
+from ragrank.ids import DOC_ID_PATTERN, DOC_ID_RULE, MAX_DOC_ID_CHARS
 from ragrank.settings import LIMIT_CEILINGS
 
 #: The most RRF's `k` may be set to: far past the point where it changes any order.
@@ -212,18 +213,20 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
 
 
 ERROR_DESCRIPTIONS = {
-    400: "A field breaks a limit or a type: the error names the field and the limit.",
+    400: "The body or a field breaks a limit, a type or an id rule: the error names the field, "
+    "the limit and its variable.",
     401: "An API key is configured and the request carries no valid one.",
     403: "The API key is read-only and the route writes.",
     404: "No such job.",
     413: "The body is over the server's size limit, or an input is too large for the device.",
+    415: "The body is not sent as `application/json`.",
     429: "The model's queue is full; retry after `Retry-After` seconds.",
     500: "An unexpected failure; the body holds no internals.",
     503: "Qdrant or a model is unavailable.",
     504: "The request waited longer than the server's request timeout.",
 }
 #: What every route that runs a model can answer besides 200.
-MODEL_ERRORS = error_responses(400, 401, 413, 429, 500, 503, 504)
+MODEL_ERRORS = error_responses(400, 401, 413, 415, 429, 500, 503, 504)
 
 
 MAX_RERANK_DOCUMENTS = LIMIT_CEILINGS["max_rerank_documents"]
@@ -361,11 +364,18 @@ class EmbeddingsResponse(Struct, frozen=True, kw_only=True):
 
 MAX_DOCUMENTS_PER_JOB = LIMIT_CEILINGS["max_ingest_documents"]
 MAX_INGEST_DOCUMENT_CHARS = LIMIT_CEILINGS["max_ingest_document_chars"]
-MAX_DOC_ID_CHARS = 512
 
 
 class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    id: Annotated[str, Meta(min_length=1, max_length=MAX_DOC_ID_CHARS)]
+    id: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=MAX_DOC_ID_CHARS,
+            pattern=DOC_ID_PATTERN,
+            description=f"The document's id: {DOC_ID_RULE}; an existing one is replaced.",
+        ),
+    ]
     text: Annotated[str, Meta(max_length=MAX_INGEST_DOCUMENT_CHARS)]
     title: Annotated[str, Meta(max_length=MAX_TITLE_CHARS)] = ""
     metadata: Annotated[dict[MetadataKey, Any], Meta(max_length=64)] = {}

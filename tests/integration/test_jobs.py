@@ -86,8 +86,10 @@ async def test_documents_posted_and_deleted_over_rest_reach_the_index(
         filtered = {"query": "Rhine", "filter": {"doc_id": "rhine"}}
         assert (await client.post("/v1/search", json=filtered)).json()["results"] == []
 
-        missing = await client.get("/v1/jobs/nope")
+        missing = await client.get(f"/v1/jobs/{'0' * 32}")
         assert missing.status_code == 404
+        malformed = await client.get("/v1/jobs/nope")
+        assert malformed.status_code == 400 and malformed.json()["error"]["field"] == "job_id"
 
 
 async def test_api_replicas_share_only_qdrant_and_the_job_queue(

@@ -109,7 +109,7 @@ async def test_errors_are_counted_by_status_and_code(fake_client: AsyncTestClien
     before = _errors(400, "invalid_request"), _errors(404, "not_found")
     await fake_client.post("/v1/search", json={"query": "tea", "top_k": 0})
     await fake_client.post("/v1/search", json={"query": ""})
-    await fake_client.get("/v1/jobs/missing")
+    await fake_client.get(f"/v1/jobs/{'0' * 32}")
     assert _errors(400, "invalid_request") == before[0] + 2
     assert _errors(404, "not_found") == before[1] + 1
     exposed = (await fake_client.get("/metrics")).text
