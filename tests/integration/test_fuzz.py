@@ -1,10 +1,13 @@
-"""Schemathesis against the server's own OpenAPI schema: the real app on a real socket (uvicorn
-in a thread), fake models over an embedded Qdrant with the sample indexed, valid and invalid
-requests generated for every operation. No answer may be a 5xx, and every answer must match
-the schema (status code, content type, body)."""
+"""Fuzzing the real app on a real socket (uvicorn in a thread), fake models over an embedded
+Qdrant with the sample indexed. Schemathesis generates valid and invalid requests from the
+server's own OpenAPI schema: every answer must match it (status code, content type, body).
+The structural fuzzer sends what no schema describes (tests/hostile.py): bodies built to break
+parsers and validators. No answer may be a 5xx, and the server answers `/ready` after."""
 
 from __future__ import annotations
 
+import json
+import random
 import socket
 import threading
 import time
@@ -21,6 +24,7 @@ from schemathesis.config import SchemathesisConfig
 
 from ragrank.settings import Settings
 from server import create_app
+from tests import hostile
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -97,3 +101,44 @@ def test_every_operation_answers_within_its_schema_and_never_5xx(base_url: str):
                 assert mode is GenerationMode.NEGATIVE, operation.label
     print("schemathesis requests per operation:", calls)
     assert sum(calls.values()) >= 1_000, calls
+
+
+#: Fresh recipes per run, beside the corpus; a failing one is printed to be added to it.
+FRESH = 100
+
+
+def test_hostile_bodies_and_paths_never_get_a_5xx(base_url: str):
+    seed = random.randrange(2**32)
+    recipes = hostile.load() + hostile.generate(seed, FRESH)
+    assert any(r.get("regression") for r in recipes) and len(recipes) >= 400
+    statuses: dict[int, int] = {}
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        for recipe in recipes:
+            status = _send(client, hostile.build(recipe), recipe, seed)
+            statuses[status] = statuses.get(status, 0) + 1
+        assert client.get("/ready").status_code == 200
+    print("hostile requests by status:", statuses)
+
+
+def _send(
+    client: httpx.Client, request: hostile.Request, recipe: dict[str, object], seed: int
+) -> int:
+    headers = {"content-type": request.media_type} if request.media_type else {}
+    content: object = request.body
+    if request.chunks and request.body:
+        size = max(1, len(request.body) // request.chunks)
+        body = request.body
+        content = (body[i : i + size] for i in range(0, len(body), size))
+    try:
+        answer = client.request(request.method, request.path, content=content, headers=headers)
+    except (httpx.RemoteProtocolError, httpx.WriteError, httpx.ReadError):
+        # The server may close a connection it will not read to the end (a body past its size
+        # limit); it must still be up, which the next request and /ready check.
+        return 0
+    where = f"recipe {json.dumps(recipe)} (fresh ones from seed {seed})"
+    assert answer.status_code < 500, f"{answer.status_code} {answer.text[:300]} for {where}"
+    if answer.status_code >= 400:
+        error = answer.json()["error"]
+        assert error["code"] and error["message"], where
+        assert "Traceback" not in answer.text and 'File "' not in answer.text, where
+    return answer.status_code
