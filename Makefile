@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity test test-slow lint stack-tools browser screenshot clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity soak test test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -64,6 +64,9 @@ bench-store: setup ## the embedded store at 10k, 100k and 1M points: Qdrant Edge
 
 bench-overload: setup ## overload: 4x the clients at capacity; only 200 and 429, bounded memory, recovery
 	$(BIN)/python -m eval.bench.overload $(BENCH_ARGS)
+
+soak: setup ## mixed load on one server for SOAK_MINUTES (30); SOAK_ARGS="--kills 1" adds a kill -9
+	$(BIN)/python -m eval.bench.soak --minutes $(or $(SOAK_MINUTES),30) $(SOAK_ARGS)
 
 bench-infinity: .venv-infinity/.installed ## install Infinity (the peer server) into .venv-infinity
 

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created REAL NOT NULL,
     updated REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS jobs_queued ON jobs (state, created);
+DROP INDEX IF EXISTS jobs_queued;
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 """
 
 
@@ -82,11 +83,13 @@ class JobStore:
         return None if row is None else _job(row)
 
     def claim(self) -> Job | None:
-        """The oldest queued job, now marked running; None when there is none."""
+        """The first queued job, now marked running; None when there is none. Jobs run in the
+        order they were written (SQLite's rowid), not by their clocks: two API threads or
+        replicas may stamp `created` in one order and commit in the other."""
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
             row = db.execute(
-                "SELECT * FROM jobs WHERE state = 'queued' ORDER BY created LIMIT 1"
+                "SELECT * FROM jobs WHERE state = 'queued' ORDER BY rowid LIMIT 1"
             ).fetchone()
             if row is None:
                 return None
@@ -112,6 +115,19 @@ class JobStore:
                     job_id,
                 ),
             )
+
+    def jobs(self) -> Iterator[Job]:
+        """Every job, in the order the worker takes them."""
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM jobs ORDER BY rowid").fetchall()
+        return map(_job, rows)
+
+    def states(self) -> dict[JobState, int]:
+        """How many jobs are in each state."""
+        with self._connect() as db:
+            rows = db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        found = {row[0]: row[1] for row in rows}
+        return {state: found.get(state, 0) for state in ("queued", "running", "done", "failed")}
 
     def release(self, job_id: str) -> None:
         """Put a running job back in the queue, untouched, to be run again later."""

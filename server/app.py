@@ -20,7 +20,7 @@ from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS, body_too_large
 from server.limits import write_limits_into_schema
-from server.metrics import PROMETHEUS, MetricsController, instrument
+from server.metrics import PROMETHEUS, MetricsController, instrument, instrument_jobs
 from server.playground import playground_router
 from server.request_log import request_id_middleware
 from server.routes import ROUTES
@@ -55,6 +55,12 @@ def create_app(
             jobs.append(JobStore(settings.jobs_path))
         return jobs[0]
 
+    def job_states() -> dict[str, int]:
+        # A server that never took a write has no queue file, and a scrape makes none.
+        if not jobs and not settings.jobs_path.exists():
+            return {}
+        return {state: count for state, count in provide_jobs().states().items()}
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         owned = services is None
@@ -65,6 +71,7 @@ def create_app(
             async with SearchService(ready, settings) as search_service:
                 instrument(search_service.embed_engine)
                 instrument(search_service.score_engine)
+                instrument_jobs(job_states)
                 app.state.search_service = search_service
                 with ExitStack() as companions:
                     for companion in alongside:

@@ -3,12 +3,15 @@ middleware; the batching engines report what each forward pass held."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from prometheus_client import Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from server.batching import BatchEngine, BatchStats
 
 _ENGINE = ["engine"]
@@ -49,6 +52,7 @@ RERANK_FALLBACKS = Counter(
     "Searches with rerank=auto answered in cosine order, by the reranker's error code",
     ["code"],
 )
+JOBS = Gauge("ragrank_jobs", "Jobs in the durable queue, by state", ["state"])
 ERRORS = Counter(
     "ragrank_errors_total", "Error responses by HTTP status and error code", ["status", "code"]
 )
@@ -67,6 +71,16 @@ def instrument(engine: BatchEngine[Any, Any, Any]) -> None:
     """Report `engine`'s batches and queue depth."""
     engine.on_batch.append(observe)
     QUEUE_DEPTH.labels(engine=engine.name).set_function(lambda: engine.queue_depth)
+
+
+def instrument_jobs(states: Callable[[], Mapping[str, int]]) -> None:
+    """Report the job queue's size by state, read at each scrape."""
+    for state in ("queued", "running", "done", "failed"):
+        JOBS.labels(state=state).set_function(partial(_state, states, state))
+
+
+def _state(states: Callable[[], Mapping[str, int]], state: str) -> int:
+    return states().get(state, 0)
 
 
 PROMETHEUS = PrometheusConfig(

@@ -51,3 +51,18 @@ async def test_metrics_count_requests_by_route_and_status_and_report_batches(ind
     ):
         assert _value(text, name, engine="embed") > _value(before, name, engine="embed")
     assert "ragrank_queue_depth{" in text
+
+
+async def test_the_job_queue_is_reported_by_state(indexed_services, tmp_path):
+    settings = Settings(jobs_path=tmp_path / "jobs.sqlite3")
+    async with AsyncTestClient(app=create_app(settings, services=indexed_services)) as client:
+        empty = (await client.get("/metrics")).text
+        assert _value(empty, "ragrank_jobs", state="queued") == 0
+        assert not settings.jobs_path.exists()  # a scrape makes no queue file
+        body = {"documents": [{"id": "d", "text": "x"}]}
+        for _ in range(3):
+            assert (await client.post("/v1/documents", json=body)).status_code == 202
+        assert (await client.delete("/v1/documents/d")).status_code == 202
+        text = (await client.get("/metrics")).text
+    assert _value(text, "ragrank_jobs", state="queued") == 4  # no worker runs here
+    assert _value(text, "ragrank_jobs", state="done") == 0

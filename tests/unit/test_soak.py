@@ -1,0 +1,58 @@
+"""The soak run's verdicts, on made-up samples: each check can fail."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from eval.bench.soak import Soak, _growth, _jobs_done, _latency
+
+
+def _samples(rss: list[float], life: int = 0, latency: float = 10.0) -> list[dict[str, Any]]:
+    return [
+        {
+            "t_s": 10.0 * (i + 100 * life),
+            "life": life,
+            "rss_mb": value,
+            "threads": 40,
+            "fds": 30,
+            "latencies_ms": {"search": [latency] * 30},
+        }
+        for i, value in enumerate(rss)
+    ]
+
+
+def test_memory_that_keeps_growing_fails_and_flat_memory_passes():
+    flat = _growth(_samples([500.0] * 5 + [400.0] * 100), warmup_s=50)  # warm-up left out
+    assert flat["rss_mb_flat"]["ok"] and flat["threads_flat"]["ok"]
+    leaking = _growth(_samples([400.0 + i for i in range(100)]))
+    assert not leaking["rss_mb_flat"]["ok"]
+    assert not _growth(_samples([400.0] * 5))["rss_mb_flat"]["ok"]  # too short to judge
+
+
+def test_the_longest_server_life_is_judged_after_a_restart():
+    before_kill = _samples([300.0 + 10 * i for i in range(30)], life=0)
+    after = _samples([420.0] * 60, life=1)
+    assert _growth(before_kill + after)["rss_mb_flat"]["ok"]
+
+
+def test_p99_that_drifts_past_one_and_a_half_times_fails():
+    steady = _samples([400.0] * 50, latency=10.0)
+    assert _latency(steady)["p99_steady"]["ok"]
+    for sample in steady[-5:]:
+        sample["latencies_ms"]["search"] = [16.0] * 30
+    assert not _latency(steady)["p99_steady"]["ok"]
+
+
+def test_a_lost_job_or_one_nobody_sent_fails():
+    soak = Soak(base="", seed=0, doc_ids=1, passages=[], queries=[])
+    soak.accepted = {"a": "ingest", "b": "delete"}
+    queue = [SimpleNamespace(id="a"), SimpleNamespace(id="b")]
+    done = {"a": "done", "b": "done"}
+    assert _jobs_done(soak, done, queue)["ok"]
+    assert not _jobs_done(soak, {"a": "done", "b": "failed"}, queue)["ok"]
+    assert not _jobs_done(soak, done, queue[:1])["ok"]  # b was accepted, then lost
+    extra = [*queue, SimpleNamespace(id="c")]
+    assert not _jobs_done(soak, done, extra)["ok"]
+    soak.unanswered_writes = 1  # a kill cut off one write's answer: c may be it
+    assert _jobs_done(soak, done, extra)["ok"]
