@@ -3,6 +3,7 @@ demo, ready-made `Services`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
@@ -55,11 +56,16 @@ def create_app(
             jobs.append(JobStore(settings.jobs_path))
         return jobs[0]
 
+    read: list[tuple[float, dict[str, int]]] = []  # the last count: one query per scrape
+
     def job_states() -> dict[str, int]:
         # A server that never took a write has no queue file, and a scrape makes none.
         if not jobs and not settings.jobs_path.exists():
             return {}
-        return {state: count for state, count in provide_jobs().states().items()}
+        if not read or time.monotonic() - read[0][0] > 1.0:
+            counts = {str(state): n for state, n in provide_jobs().states().items()}
+            read[:] = [(time.monotonic(), counts)]
+        return read[0][1]
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

@@ -5,6 +5,7 @@ schema the server serves, so the schema and the server say the same."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -169,7 +170,8 @@ def _duplicate_key(raw: bytes) -> InvalidRequestError:
             seen.add(key)
         return {}
 
-    json.loads(raw, object_pairs_hook=pairs)
+    with contextlib.suppress(ValueError):  # msgspec read it, so this one will too
+        json.loads(raw, object_pairs_hook=pairs)
     key = found[0] if found else ""
     return InvalidRequestError(
         f"{key[:100]}: a key appears twice in one object; give each key once", field=key or None

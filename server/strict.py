@@ -40,7 +40,7 @@ def strict_body(settings: Settings) -> Callable[[Request[Any, Any, Any]], Awaita
             return
         _check_media_type(request.content_type[0])
         body = await request.body()  # over RAGRANK_MAX_REQUEST_BYTES: a 413; cached for Litestar
-        if not body.strip():
+        if not body or body.isspace():
             raise InvalidRequestError("the request needs a JSON body")
         if len(body) < _THREAD_FROM_BYTES:
             _check(body, data.annotation, settings)

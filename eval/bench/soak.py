@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -230,6 +231,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rerank-model", help="reranker folder (default: MiniLM-shaped)")
     parser.add_argument("--embed-model", help="embedder (default: all-MiniLM-L6-v2)")
     parser.add_argument("--out", type=Path, help="JSON report (eval-results/soak-<time>.json)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the store, queue and logs (kept on failure)"
+    )
     return parser.parse_args(argv)
 
 
@@ -289,7 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _plot(run.samples, out.with_suffix(".png"))
     print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=2))
     print(f"soak: report in {out}, plot in {out.with_suffix('.png')}")
-    return 0 if all(check["ok"] for check in report["checks"].values()) else 1
+    passed = all(check["ok"] for check in report["checks"].values())
+    if passed and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"soak: the server's folders and logs are in {work}")
+    return 0 if passed else 1
 
 
 @dataclass
