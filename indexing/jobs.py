@@ -122,7 +122,7 @@ class JobStore:
             rows = db.execute("SELECT * FROM jobs ORDER BY rowid").fetchall()
         return map(_job, rows)
 
-    def states(self) -> dict[JobState, int]:
+    def states(self) -> dict[str, int]:
         """How many jobs are in each state."""
         with self._connect() as db:
             rows = db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,8 @@ if TYPE_CHECKING:
     import torch
 
 _DTYPES = ("float32", "float16", "bfloat16")
+#: oneDNN's variable: how many compiled CPU kernels (primitives) it keeps, one per input shape.
+ONEDNN_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 
 
 @dataclass(frozen=True)
@@ -47,3 +50,12 @@ def batch_limits(placement: Placement, size: int = 0, tokens: int = 0) -> tuple[
     docs/performance.md)."""
     gpu = placement.device.startswith("cuda")
     return size or (256 if gpu else 16), tokens or (32_768 if gpu else 8_192)
+
+
+def bound_kernel_cache(capacity: int) -> None:
+    """Set oneDNN's primitive cache for this process, unless its own variable is set. Each batch
+    shape compiles and keeps its own CPU kernels, and a server sees thousands of shapes: at
+    oneDNN's default (1,024) a CPU server's memory climbs for tens of minutes before it
+    levels off. oneDNN reads the variable at its first kernel, so this comes before any
+    model runs."""
+    os.environ.setdefault(ONEDNN_CACHE_VARIABLE, str(capacity))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from ragrank.device import Placement, batch_limits, resolve_placement
+from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
 from ragrank.loading import load_model
 from ragrank.packing import (
@@ -212,6 +212,7 @@ class SentenceTransformerEmbedder:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
+        bound_kernel_cache(settings.cpu_kernel_cache)
         return cls(
             settings.embed_model,
             query_prefix=settings.query_prefix or "",
@@ -367,6 +368,7 @@ class CrossEncoderScorer:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CrossEncoderScorer:
+        bound_kernel_cache(settings.cpu_kernel_cache)
         return cls(
             settings.rerank_model,
             placement=(placement := resolve_placement(settings.device, settings.dtype)),

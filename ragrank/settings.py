@@ -254,6 +254,13 @@ class Settings:
         "`torch` (PyTorch's varlen kernel, CUDA, fp16/bf16), `sdpa` (one SDPA call per sequence, "
         "any device); `auto` picks in that order",
     )
+    cpu_kernel_cache: int = setting(
+        0,
+        "compiled CPU kernels oneDNN keeps, one per batch shape (its "
+        "`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, which wins when set): a server sees thousands of "
+        "shapes, and at oneDNN's 1,024 its memory climbs for tens of minutes (see "
+        "[the soak run](performance.md#soak-make-soak))",
+    )
     tokenizer_threads: int = setting(
         0,
         "host threads that tokenise, plan windows and collate batches, each with its own "
@@ -405,6 +412,7 @@ class Settings:
             "rerank_batch_tokens",
             "batch_wait_ms",
             "tokenizer_threads",
+            "cpu_kernel_cache",
         ):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{env_name(name)} must be 0 (automatic) or more")

@@ -3,8 +3,7 @@ demo, ready-made `Services`)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -56,16 +55,9 @@ def create_app(
             jobs.append(JobStore(settings.jobs_path))
         return jobs[0]
 
-    read: list[tuple[float, dict[str, int]]] = []  # the last count: one query per scrape
-
-    def job_states() -> dict[str, int]:
+    def job_states() -> Mapping[str, int]:
         # A server that never took a write has no queue file, and a scrape makes none.
-        if not jobs and not settings.jobs_path.exists():
-            return {}
-        if not read or time.monotonic() - read[0][0] > 1.0:
-            counts = {str(state): n for state, n in provide_jobs().states().items()}
-            read[:] = [(time.monotonic(), counts)]
-        return read[0][1]
+        return provide_jobs().states() if jobs or settings.jobs_path.exists() else {}
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -114,14 +106,7 @@ def create_app(
         # Logging is the process's (ragrank/logs.py): Litestar must not configure its own.
         logging_config=None,
         lifespan=[lifespan],
-        openapi_config=OpenAPIConfig(
-            title="ragrank",
-            version=__version__,
-            description="Retrieval from Qdrant with cross-encoder reranking.",
-            path="/schema",
-            components=Components(security_schemes=SECURITY_SCHEMES if keys.enabled else None),
-            security=[{name: []} for name in SECURITY_SCHEMES] if keys.enabled else None,
-        ),
+        openapi_config=_openapi_config(keys),
     )
     # Outside the router, as Litestar's own OpenTelemetry plugin does, so that requests no route
     # matches (404, 405) get an id and a log line too; app middleware only wraps routes.
@@ -130,6 +115,17 @@ def create_app(
     complete_request_schemas(app.openapi_schema)
     write_limits_into_schema(app.openapi_schema, settings)
     return app
+
+
+def _openapi_config(keys: ApiKeys) -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="ragrank",
+        version=__version__,
+        description="Retrieval from Qdrant with cross-encoder reranking.",
+        path="/schema",
+        components=Components(security_schemes=SECURITY_SCHEMES if keys.enabled else None),
+        security=[{name: []} for name in SECURITY_SCHEMES] if keys.enabled else None,
+    )
 
 
 def serve(app: Litestar, settings: Settings) -> None:

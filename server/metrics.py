@@ -52,6 +52,7 @@ RERANK_FALLBACKS = Counter(
     "Searches with rerank=auto answered in cosine order, by the reranker's error code",
     ["code"],
 )
+JOB_STATES = ("queued", "running", "done", "failed")
 JOBS = Gauge("ragrank_jobs", "Jobs in the durable queue, by state", ["state"])
 ERRORS = Counter(
     "ragrank_errors_total", "Error responses by HTTP status and error code", ["status", "code"]
@@ -74,13 +75,17 @@ def instrument(engine: BatchEngine[Any, Any, Any]) -> None:
 
 
 def instrument_jobs(states: Callable[[], Mapping[str, int]]) -> None:
-    """Report the job queue's size by state, read at each scrape."""
-    for state in ("queued", "running", "done", "failed"):
-        JOBS.labels(state=state).set_function(partial(_state, states, state))
+    """Report the job queue's size by state, read once per scrape: a scrape reads the gauges
+    in the order they were made, and the first one counts for all."""
+    last: list[Mapping[str, int]] = [{}]
 
+    def read(state: str) -> int:
+        if state == JOB_STATES[0]:
+            last[0] = states()
+        return last[0].get(state, 0)
 
-def _state(states: Callable[[], Mapping[str, int]], state: str) -> int:
-    return states().get(state, 0)
+    for state in JOB_STATES:
+        JOBS.labels(state=state).set_function(partial(read, state))
 
 
 PROMETHEUS = PrometheusConfig(

@@ -124,8 +124,9 @@ async def client(soak: Soak, number: int, deadline: float) -> None:
             operation = rng.choices(operations, weights)[0]
             try:
                 await _operation(soak, http, rng, operation)
-            except httpx.TransportError:
-                if operation in ("ingest", "delete"):
+            except httpx.TransportError as exc:
+                # Refused at connect, a write was never sent; cut off later, it may have landed.
+                if operation in ("ingest", "delete") and not isinstance(exc, httpx.ConnectError):
                     with soak.lock:
                         soak.unanswered_writes += 1
                 soak.record(operation, 0, time.perf_counter())  # no answer: the server is down
@@ -183,6 +184,10 @@ def process_sample(pid: int) -> dict[str, float]:
         fields[name] = (value.split() or [""])[0]
     return {
         "rss_mb": round(int(fields["VmRSS"]) / 1024, 1),
+        # Of which anonymous (the heap) and file-backed (the store's mapped segment files,
+        # which the kernel can drop and read again).
+        "rss_anon_mb": round(int(fields["RssAnon"]) / 1024, 1),
+        "rss_file_mb": round(int(fields["RssFile"]) / 1024, 1),
         "threads": int(fields["Threads"]),
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
     }
@@ -551,7 +556,7 @@ def _plot(samples: list[dict[str, Any]], out: Path) -> None:
     figure, axes = plt.subplots(2, 3, figsize=(15, 7.5), sharex=True)
     minutes = [s["t_s"] / 60 for s in samples]
     panels = [
-        ("resident memory (MiB)", ("rss_mb",)),
+        ("resident memory (MiB)", ("rss_mb", "rss_anon_mb", "rss_file_mb")),
         ("threads, open files", ("threads", "fds")),
         ("queues (items, jobs)", ("embed_queue", "rerank_queue", "jobs_queued")),
         ("disk (MiB)", ("jobs_db_mb", "qdrant_mb")),
