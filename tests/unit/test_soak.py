@@ -16,7 +16,7 @@ def _samples(rss: list[float], life: int = 0, latency: float = 10.0) -> list[dic
             "rss_mb": value,
             "threads": 40,
             "fds": 30,
-            "latencies_ms": {"search": [latency] * 30},
+            "latencies_ms": {"search": [latency] * 30, "rerank": [latency] * 30},
         }
         for i, value in enumerate(rss)
     ]
@@ -41,7 +41,9 @@ def test_p99_that_drifts_past_one_and_a_half_times_fails():
     assert _latency(steady)["p99_steady"]["ok"]
     for sample in steady[-5:]:
         sample["latencies_ms"]["search"] = [16.0] * 30
-    assert not _latency(steady)["p99_steady"]["ok"]
+    drifted = _latency(steady)["p99_steady"]
+    assert not drifted["ok"] and drifted["detail"]["search"]["ratio"] == 1.6
+    assert not _latency(steady[:12])["p99_steady"]["ok"]  # too few answers to judge
 
 
 def test_a_lost_job_or_one_nobody_sent_fails():
