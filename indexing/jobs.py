@@ -11,7 +11,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ragrank.documents import Document
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 JobKind = Literal["upsert", "delete"]
 JobState = Literal["queued", "running", "done", "failed"]
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -127,7 +128,7 @@ class JobStore:
         with self._connect() as db:
             rows = db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
         found = {row[0]: row[1] for row in rows}
-        return {state: found.get(state, 0) for state in ("queued", "running", "done", "failed")}
+        return {state: found.get(state, 0) for state in JOB_STATES}
 
     def release(self, job_id: str) -> None:
         """Put a running job back in the queue, untouched, to be run again later."""

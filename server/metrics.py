@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from prometheus_client import Counter, Gauge, Histogram
 
+from indexing import JOB_STATES
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
@@ -52,7 +54,6 @@ RERANK_FALLBACKS = Counter(
     "Searches with rerank=auto answered in cosine order, by the reranker's error code",
     ["code"],
 )
-JOB_STATES = ("queued", "running", "done", "failed")
 JOBS = Gauge("ragrank_jobs", "Jobs in the durable queue, by state", ["state"])
 ERRORS = Counter(
     "ragrank_errors_total", "Error responses by HTTP status and error code", ["status", "code"]
