@@ -17,8 +17,9 @@ folder and goes on. At the end it checks, and exits 1 when any check fails:
   each);
 - the final collection equals a clean replay of the queue's jobs, in order, into a fresh
   store: the same points, payloads and vectors, so no job was lost or applied twice;
-- RSS, threads and file descriptors grow by less than 5 % from the first to the last tenth of
-  the longest server life after its warm-up (`--warmup`: 10 % of the run, at least 60 s);
+- RSS, threads and file descriptors grow by less than 5 % (threads and descriptors: or by at
+  most 2) from the first to the last tenth of the longest server life after its warm-up
+  (`--warmup`: 10 % of the run, at least 60 s);
 - p99 in the last tenth is within 1.5x of the first: of all answers, and of each route with
   at least 100 answers in both tenths.
 """
@@ -310,7 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _plot(run.samples, out.with_suffix(".png"))
     print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=2))
     print(f"soak: report in {out}, plot in {out.with_suffix('.png')}")
-    passed = all(check["ok"] for check in report["checks"].values())
+    failed = [name for name, check in report["checks"].items() if not check["ok"]]
+    for name in failed:  # last, so that a log's tail says what failed
+        print(f"soak: FAILED {name}: {json.dumps(report['checks'][name])[:400]}")
+    passed = not failed
     if passed and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     else:
@@ -524,7 +528,14 @@ def _steady(
     return longest[:tenth], longest[-tenth:]
 
 
+#: Threads and open files may grow by this many even when that is over 5 %: pools start and
+#: stop worker threads and sockets on demand, and one more of 16 is not a leak.
+COUNT_SLACK = 2
+
+
 def _growth(samples: list[dict[str, Any]], warmup_s: float = 0.0) -> dict[str, dict[str, Any]]:
+    """Each of RSS, threads and open files grows by less than 5 % (counts: or by at most
+    COUNT_SLACK) from the first to the last tenth of the longest life after its warm-up."""
     first, last = _steady(samples, warmup_s)
     checks = {}
     for name in ("rss_mb", "threads", "fds"):
@@ -535,7 +546,8 @@ def _growth(samples: list[dict[str, Any]], warmup_s: float = 0.0) -> dict[str, d
         after = statistics.fmean(s[name] for s in last)
         growth = after / before - 1
         detail = {"first_tenth": round(before, 1), "last_tenth": round(after, 1)}
-        checks[f"{name}_flat"] = {"ok": growth < 0.05, "growth": round(growth, 4), "detail": detail}
+        ok = growth < 0.05 or (name != "rss_mb" and after - before <= COUNT_SLACK)
+        checks[f"{name}_flat"] = {"ok": ok, "growth": round(growth, 4), "detail": detail}
     return checks
 
 

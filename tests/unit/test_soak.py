@@ -30,6 +30,17 @@ def test_memory_that_keeps_growing_fails_and_flat_memory_passes():
     assert not _growth(_samples([400.0] * 5))["rss_mb_flat"]["ok"]  # too short to judge
 
 
+def test_threads_may_move_by_two_but_not_keep_growing():
+    samples = _samples([400.0] * 100)
+    for sample in samples[-10:]:
+        sample["threads"] = 42  # +5 %, yet two threads: a pool that grew on demand
+    assert _growth(samples)["threads_flat"]["ok"]
+    for i, sample in enumerate(samples):
+        sample["fds"] = 30 + i // 10  # one more file every ten samples
+    fds = _growth(samples)["fds_flat"]
+    assert not fds["ok"] and fds["detail"] == {"first_tenth": 30.0, "last_tenth": 39.0}
+
+
 def test_the_longest_server_life_is_judged_after_a_restart():
     before_kill = _samples([300.0 + 10 * i for i in range(30)], life=0)
     after = _samples([420.0] * 60, life=1)
