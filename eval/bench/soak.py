@@ -20,7 +20,7 @@ folder and goes on. At the end it checks, and exits 1 when any check fails:
 - RSS, threads and file descriptors grow by less than 5 % (threads and descriptors: or by at
   most 2) from the first to the last tenth of the longest server life after its warm-up
   (`--warmup`: 10 % of the run, at least 60 s);
-- p99 in the last tenth is within 1.5x of the first: of all answers, and of each route with
+- p99 in the last tenth (five samples at least) is within 1.5x of the first: of all answers, and of each route with
   at least 100 answers in both tenths.
 """
 
@@ -514,8 +514,9 @@ def _points(store: Any) -> dict[str, tuple[dict[str, Any], list[float]]]:
 def _steady(
     samples: list[dict[str, Any]], warmup_s: float
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The first and the last tenth of the longest server life after its warm-up (its first
-    `warmup_s` seconds); empty when no life is long enough to judge (10 samples)."""
+    """The first and the last tenth (five samples at least) of the longest server life after
+    its warm-up (its first `warmup_s` seconds); empty when no life is long enough to judge
+    (10 samples)."""
     lives: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for sample in samples:
         if "rss_mb" in sample:
@@ -524,7 +525,9 @@ def _steady(
     longest = max(steady, key=len, default=[])
     if len(longest) < 10:
         return [], []
-    tenth = max(1, len(longest) // 10)
+    # At least five samples a side: in a short run a tenth is a few seconds, and one pause in
+    # them would decide the verdict.
+    tenth = max(5, len(longest) // 10)
     return longest[:tenth], longest[-tenth:]
 
 
