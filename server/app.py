@@ -86,10 +86,12 @@ def create_app(
     keys = ApiKeys.from_settings(settings)  # a missing key file stops here, at start-up
     app = Litestar(
         route_handlers=[
+            # First: the playground's GET / and the TEI-shaped POST / then share one route
+            # (Litestar merges a handler into a router's path, not a router into a handler's).
+            playground_router(settings, api_keys=keys.enabled),
             *ROUTES,
             *DOCUMENT_ROUTES,
             MetricsController,
-            playground_router(settings, api_keys=keys.enabled),
         ],
         guards=[api_key_guard(keys)],
         before_request=strict_body(settings),

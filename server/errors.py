@@ -60,7 +60,7 @@ def _error(
     headers: dict[str, str] | None = None,
 ) -> Response[Any]:
     ERRORS.labels(status=str(status), code=code).inc()
-    body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
+    body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field), detail=message)
     return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 

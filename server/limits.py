@@ -18,11 +18,13 @@ from ragrank.errors import InvalidRequestError
 from ragrank.ids import doc_id_problem
 from ragrank.settings import Settings, env_name
 from server.schemas import (
+    CohereEmbedRequest,
     DocumentsRequest,
     EmbeddingsRequest,
     RerankDocument,
     RerankRequest,
     SearchRequest,
+    TeiEmbedRequest,
     TeiRerankRequest,
 )
 
@@ -54,11 +56,22 @@ LIMITS: dict[type, tuple[Limit, ...]] = {
         Limit("query", "chars", "max_query_chars"),
         Limit("texts", "items", "max_rerank_documents"),
         Limit("texts[]", "chars", "max_document_chars"),
+        Limit("documents", "items", "max_rerank_documents"),
+        Limit("documents[]", "chars", "max_document_chars"),
     ),
     EmbeddingsRequest: (
         Limit("input", "chars", "max_document_chars"),
         Limit("input", "items", "max_embed_inputs"),
         Limit("input[]", "chars", "max_document_chars"),
+    ),
+    TeiEmbedRequest: (
+        Limit("inputs", "chars", "max_document_chars"),
+        Limit("inputs", "items", "max_embed_inputs"),
+        Limit("inputs[]", "chars", "max_document_chars"),
+    ),
+    CohereEmbedRequest: (
+        Limit("texts", "items", "max_embed_inputs"),
+        Limit("texts[]", "chars", "max_document_chars"),
     ),
     DocumentsRequest: (
         Limit("documents", "items", "max_ingest_documents"),

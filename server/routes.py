@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -12,18 +13,26 @@ from litestar import Request, Response, get, post
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
-from ragrank.errors import ClientDisconnectedError
+from ragrank.errors import ClientDisconnectedError, InvalidRequestError
 from ragrank.protocols import relevance
 from server.auth import PUBLIC
 from server.schemas import (
+    JINA_TASKS,
     MODEL_ERRORS,
     ApiVersion,
     BilledUnits,
+    CohereBilledUnits,
+    CohereEmbedMeta,
+    CohereEmbedRequest,
+    CohereEmbedResponse,
+    CohereFloats,
     Embedding,
     EmbeddingsRequest,
     EmbeddingsResponse,
     EmbeddingsUsage,
     Health,
+    InfinityRank,
+    InfinityRerankResponse,
     Readiness,
     RerankDocument,
     RerankMeta,
@@ -33,10 +42,12 @@ from server.schemas import (
     SearchHit,
     SearchRequest,
     SearchResponse,
+    TeiEmbedRequest,
     TeiRank,
     TeiRerankRequest,
     Timings,
     TokenUsage,
+    Usage,
 )
 from server.services import SearchService
 
@@ -118,10 +129,12 @@ async def _ranked(
     *,
     raw_scores: bool,
     max_tokens_per_doc: int | None = None,
+    max_windows_per_doc: int | None = None,
 ) -> tuple[list[tuple[int, float]], int]:
     """(document index, score) best first, and the tokens the reranker read."""
     outcome = await _unless_disconnected(
-        request, search_service.rerank(query, texts, max_tokens_per_doc)
+        request,
+        search_service.rerank(query, texts, max_tokens_per_doc, max_windows_per_doc),
     )
     logits = np.asarray(outcome.logits, dtype=np.float32)
     scores = logits.astype(np.float64) if raw_scores else relevance(logits)
@@ -135,7 +148,7 @@ async def _ranked(
 async def rerank(
     data: RerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> RerankResponse:
-    """Cohere-shaped reranking (v2; also served at /v2/rerank for Cohere's client)."""
+    """Cohere-shaped reranking, v1 and v2, which Jina's clients call too."""
     texts = [d if isinstance(d, str) else d.text for d in data.documents]
     ranked, tokens = await _ranked(
         request,
@@ -144,8 +157,11 @@ async def rerank(
         texts,
         raw_scores=data.raw_scores,
         max_tokens_per_doc=data.max_tokens_per_doc,
+        max_windows_per_doc=data.max_chunks_per_doc,
     )
     return RerankResponse(
+        model=search_service.services.scorer.model_id,
+        usage=Usage(prompt_tokens=tokens, total_tokens=tokens),
         id=str(uuid.uuid4()),
         results=[
             RerankResult(
@@ -166,25 +182,78 @@ async def rerank(
 @post("/rerank", status_code=HTTP_200_OK, tags=["rerank"], responses=MODEL_ERRORS)
 async def rerank_tei(
     data: TeiRerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
-) -> list[TeiRank]:
-    """text-embeddings-inference-shaped reranking."""
-    ranked, _ = await _ranked(
-        request, search_service, data.query, data.texts, raw_scores=data.raw_scores
+) -> list[TeiRank] | InfinityRerankResponse:
+    """text-embeddings-inference-shaped reranking (`texts`: a list of ranks), or
+    Infinity-shaped (`documents`: Infinity's answer)."""
+    if (data.texts is None) == (data.documents is None):
+        raise InvalidRequestError(
+            "texts: give the texts to rank as `texts` (TEI) or as `documents` (Infinity), not both",
+            field="texts",
+        )
+    texts = data.texts if data.texts is not None else data.documents or []
+    ranked, tokens = await _ranked(
+        request, search_service, data.query, texts, raw_scores=data.raw_scores
     )
+    best = ranked[: data.top_n]
+    if data.texts is None:
+        return InfinityRerankResponse(
+            id=str(uuid.uuid4()),
+            created=int(time.time()),
+            model=search_service.services.scorer.model_id,
+            results=[
+                InfinityRank(
+                    index=index,
+                    relevance_score=score,
+                    document=texts[index] if data.return_documents else None,
+                )
+                for index, score in best
+            ],
+            usage=Usage(prompt_tokens=tokens, total_tokens=tokens),
+        )
     return [
-        TeiRank(index=index, score=score, text=data.texts[index] if data.return_text else None)
-        for index, score in ranked
+        TeiRank(index=index, score=score, text=texts[index] if data.return_text else None)
+        for index, score in best
     ]
 
 
-@post("/v1/embeddings", status_code=HTTP_200_OK, tags=["embeddings"], responses=MODEL_ERRORS)
+def _dimensions(search_service: SearchService, field: str, asked: int | None) -> None:
+    """A 400 unless `asked` is absent or the embedder's own vector length."""
+    served = search_service.services.embedder.dimension
+    if asked is not None and asked != served:
+        raise InvalidRequestError(
+            f"{field}: this server's embedder gives {served}-dimensional vectors, and ragrank "
+            f"does not shorten them; give {served} or leave {field} out",
+            field=field,
+        )
+
+
+@post(
+    ["/v1/embeddings", "/embeddings"],
+    status_code=HTTP_200_OK,
+    tags=["embeddings"],
+    responses=MODEL_ERRORS,
+)
 async def embeddings(
     data: EmbeddingsRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> EmbeddingsResponse:
-    """OpenAI-shaped embeddings; `input_type` picks the query or passage prefix."""
+    """OpenAI-shaped embeddings, which Infinity's (`/embeddings`) and Jina's clients call too;
+    `input_type` or Jina's `task` picks the query or passage prefix."""
+    _dimensions(search_service, "dimensions", data.dimensions)
+    if not data.normalized:
+        raise InvalidRequestError(
+            "normalized: ragrank's vectors are always unit length; leave normalized out or "
+            "give true",
+            field="normalized",
+        )
+    if data.late_chunking:
+        raise InvalidRequestError(
+            "late_chunking: not served; each input is embedded on its own", field="late_chunking"
+        )
+    role = JINA_TASKS[data.task] if data.task is not None else data.input_type
+    encoding = data.embedding_type or data.encoding_format
     texts = [data.input] if isinstance(data.input, str) else data.input
     outcome = await _unless_disconnected(
-        request, search_service.embed(texts, as_queries=data.input_type == "query")
+        request, search_service.embed(texts, as_queries=role == "query")
     )
     return EmbeddingsResponse(
         data=[
@@ -192,7 +261,7 @@ async def embeddings(
                 index=index,
                 embedding=(
                     base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-                    if data.encoding_format == "base64"
+                    if encoding == "base64"
                     else vector.tolist()
                 ),
             )
@@ -200,6 +269,49 @@ async def embeddings(
         ],
         model=search_service.services.embedder.model_id,
         usage=EmbeddingsUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens),
+    )
+
+
+@post(["/embed", "/"], status_code=HTTP_200_OK, tags=["embeddings"], responses=MODEL_ERRORS)
+async def embed_tei(
+    data: TeiEmbedRequest, search_service: SearchService, request: Request[Any, Any, Any]
+) -> list[list[float]]:
+    """text-embeddings-inference-shaped embeddings, at `/embed` and at `/`, where Hugging
+    Face's client posts when pointed at a TEI URL; `prompt_name: query` gives the query
+    prefix."""
+    _dimensions(search_service, "dimensions", data.dimensions)
+    texts = [data.inputs] if isinstance(data.inputs, str) else data.inputs
+    outcome = await _unless_disconnected(
+        request, search_service.embed(texts, as_queries=data.prompt_name == "query")
+    )
+    return [vector.tolist() for vector in outcome.vectors]
+
+
+@post(
+    ["/v1/embed", "/v2/embed"], status_code=HTTP_200_OK, tags=["embeddings"], responses=MODEL_ERRORS
+)
+async def embed_cohere(
+    data: CohereEmbedRequest, search_service: SearchService, request: Request[Any, Any, Any]
+) -> CohereEmbedResponse:
+    """Cohere-shaped embeddings, v1 and v2: `search_document` (or no `input_type`) embeds
+    passages, the other input types queries."""
+    _dimensions(search_service, "output_dimension", data.output_dimension)
+    as_queries = data.input_type not in (None, "search_document")
+    outcome = await _unless_disconnected(
+        request, search_service.embed(data.texts, as_queries=as_queries)
+    )
+    vectors = [vector.tolist() for vector in outcome.vectors]
+    version = "2" if request.url.path.startswith("/v2/") else "1"
+    by_type = version == "2" or data.embedding_types is not None
+    return CohereEmbedResponse(
+        response_type="embeddings_by_type" if by_type else "embeddings_floats",
+        id=str(uuid.uuid4()),
+        embeddings=CohereFloats(float_=vectors) if by_type else vectors,
+        texts=data.texts,
+        meta=CohereEmbedMeta(
+            api_version=ApiVersion(version=version),
+            billed_units=CohereBilledUnits(input_tokens=outcome.tokens),
+        ),
     )
 
 
@@ -232,4 +344,4 @@ async def ready(search_service: SearchService) -> Response[Readiness]:
     return Response(body, status_code=HTTP_200_OK if body.ready else HTTP_503_SERVICE_UNAVAILABLE)
 
 
-ROUTES = [search, rerank, rerank_tei, embeddings, health, ready]
+ROUTES = [search, rerank, rerank_tei, embeddings, embed_tei, embed_cohere, health, ready]

@@ -28,6 +28,20 @@ MAX_TOP_K = LIMIT_CEILINGS["max_top_k"]
 MAX_CANDIDATES = LIMIT_CEILINGS["max_candidates"]
 MAX_FILTER_KEYS = 16
 
+#: The `model` clients must send (a vendor's model name, a LiteLLM alias). A server serves one
+#: embedder and one reranker, so the name is read and ignored; answers name the model served.
+ModelName = (
+    Annotated[
+        str,
+        Meta(
+            max_length=256,
+            description="Accepted for client compatibility and ignored: the server always "
+            "uses its configured model, which answers that carry a `model` name.",
+        ),
+    ]
+    | None
+)
+
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=128)]
 #: Filter keys become Qdrant payload paths (`metadata.<key>`), which take plain names only.
 FilterKey = Annotated[
@@ -128,6 +142,7 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         ]
         | None
     ) = None
+    model: ModelName = None
 
 
 class SearchHit(Struct, frozen=True, kw_only=True):
@@ -202,6 +217,10 @@ class ErrorDetail(Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 class ErrorResponse(Struct, frozen=True, kw_only=True):
     error: ErrorDetail
+    detail: Annotated[
+        str,
+        Meta(description="`error.message` again, where Jina's and FastAPI-style clients read it."),
+    ]
 
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
@@ -246,18 +265,37 @@ class RerankDocument(Struct, frozen=True, kw_only=True):
     text: DocumentText
 
 
+#: The most windows `max_chunks_per_doc` may ask for per document.
+MAX_CHUNKS_PER_DOC = 256
+
+
 class RerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Cohere's v2 rerank request. `model` is accepted for client compatibility; the server
-    always uses its configured reranker."""
+    """Cohere's rerank request, v1 and v2, which is also Jina's."""
 
     query: QueryText
     documents: Annotated[
         list[DocumentText | RerankDocument],
         Meta(min_length=1, max_length=MAX_RERANK_DOCUMENTS),
     ]
-    model: str | None = None
+    model: ModelName = None
     top_n: Annotated[int, Meta(ge=1)] | None = None
     return_documents: bool = False
+    max_chunks_per_doc: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_CHUNKS_PER_DOC,
+                description="Cohere v1: windows of each document that are scored; the "
+                "document's score is its best window's.",
+            ),
+        ]
+        | None
+    ) = None
+    priority: Annotated[
+        int | None,
+        Meta(description="Cohere's scheduling priority: accepted and ignored."),
+    ] = None
     max_tokens_per_doc: (
         Annotated[
             int,
@@ -299,22 +337,44 @@ class RerankMeta(Struct, frozen=True, kw_only=True):
     tokens: TokenUsage
 
 
+class Usage(Struct, frozen=True, kw_only=True):
+    """Tokens read, in Jina's and Infinity's words."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
 class RerankResponse(Struct, frozen=True, kw_only=True):
+    """Cohere's answer (`id`, `meta`), with Jina's `model` and `usage` besides."""
+
     id: str
     results: list[RerankResult]
     meta: RerankMeta
+    model: str
+    usage: Usage
+
+
+RerankTexts = Annotated[list[DocumentText], Meta(min_length=1, max_length=MAX_RERANK_DOCUMENTS)]
+TruncationDirection = Literal["Left", "Right", "left", "right"] | None
 
 
 class TeiRerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """text-embeddings-inference's rerank request. Long texts are scored in windows, so
-    `truncate` changes nothing and is accepted for compatibility."""
+    """text-embeddings-inference's rerank request (`texts`), or Infinity's (`documents`): the
+    one given picks the answer's shape. Long texts are scored in windows, so `truncate` and
+    `truncation_direction` change nothing and are accepted for compatibility."""
 
     query: QueryText
-    texts: Annotated[list[DocumentText], Meta(min_length=1, max_length=MAX_RERANK_DOCUMENTS)]
+    texts: Annotated[RerankTexts | None, Meta(description="TEI: the texts to rank.")] = None
+    documents: Annotated[RerankTexts | None, Meta(description="Infinity: the texts to rank.")] = (
+        None
+    )
     raw_scores: bool = False
     return_text: bool = False
+    return_documents: Annotated[bool, Meta(description="Infinity: return each text.")] = False
+    top_n: Annotated[int, Meta(ge=1, description="Return the best `top_n` only.")] | None = None
     truncate: bool = False
-    truncation_direction: str | None = None
+    truncation_direction: TruncationDirection = None
+    model: ModelName = None
 
 
 class TeiRank(Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -323,21 +383,89 @@ class TeiRank(Struct, frozen=True, kw_only=True, omit_defaults=True):
     text: str | None = None
 
 
+class InfinityRank(Struct, frozen=True, kw_only=True):
+    index: int
+    relevance_score: float
+    document: str | None = None
+
+
+class InfinityRerankResponse(Struct, frozen=True, kw_only=True):
+    """Infinity's rerank answer, to a `/rerank` request that gave `documents`."""
+
+    object: Literal["rerank"] = "rerank"
+    id: str
+    created: int
+    model: str
+    results: list[InfinityRank]
+    usage: Usage
+
+
 MAX_EMBED_INPUTS = LIMIT_CEILINGS["max_embed_inputs"]
 
 EmbedText = Annotated[str, Meta(min_length=1, max_length=MAX_DOCUMENT_CHARS)]
 
 
-class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """OpenAI's embeddings request, plus `input_type`, which picks the e5 prefix."""
+EmbedTexts = Annotated[list[EmbedText], Meta(min_length=1, max_length=MAX_EMBED_INPUTS)]
+Dimensions = (
+    Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="The vectors' length: only the model's own is served (ragrank "
+            "does not shorten vectors).",
+        ),
+    ]
+    | None
+)
+#: Jina's tasks, by the e5 prefix each gets: e5 reads symmetric tasks as queries.
+JINA_TASKS = {
+    "retrieval.query": "query",
+    "retrieval.passage": "passage",
+    "text-matching": "query",
+    "classification": "query",
+    "separation": "query",
+    "code.query": "query",
+    "code.passage": "passage",
+}
+JinaTask = Literal[
+    "retrieval.query",
+    "retrieval.passage",
+    "text-matching",
+    "classification",
+    "separation",
+    "code.query",
+    "code.passage",
+]
 
-    input: EmbedText | Annotated[list[EmbedText], Meta(min_length=1, max_length=MAX_EMBED_INPUTS)]
-    model: str | None = None
+
+class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """OpenAI's embeddings request, which is also Infinity's and Jina's; `input_type` (or
+    Jina's `task`) picks the e5 prefix."""
+
+    input: EmbedText | EmbedTexts
+    model: ModelName = None
     encoding_format: Literal["float", "base64"] = "float"
     input_type: Annotated[
         Literal["query", "passage"],
         Meta(description="Which prefix the texts get (`query: ` or `passage: ` for e5)."),
     ] = "passage"
+    task: Annotated[
+        JinaTask | None,
+        Meta(
+            description="Jina's task, read as `input_type`: `retrieval.passage` and "
+            "`code.passage` are passages, the others queries."
+        ),
+    ] = None
+    dimensions: Dimensions = None
+    normalized: Annotated[
+        bool, Meta(description="Jina: vectors are always unit length; `false` is refused.")
+    ] = True
+    embedding_type: Annotated[
+        Literal["float", "base64"] | None, Meta(description="Jina's `encoding_format`.")
+    ] = None
+    late_chunking: Annotated[
+        bool, Meta(description="Jina: not served; only `false` is accepted.")
+    ] = False
     user: str | None = None
 
 
@@ -360,6 +488,81 @@ class EmbeddingsResponse(Struct, frozen=True, kw_only=True):
     data: list[Embedding]
     model: str
     usage: EmbeddingsUsage
+
+
+class TeiEmbedRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """text-embeddings-inference's embed request (also what Hugging Face's client sends to a
+    TEI URL). Its clients do not say which texts are queries: `prompt_name` does."""
+
+    inputs: EmbedText | EmbedTexts
+    normalize: Annotated[bool, Meta(description="Accepted; vectors are always unit length.")] = True
+    truncate: bool | None = None
+    truncation_direction: TruncationDirection = None
+    prompt_name: Annotated[
+        Literal["query", "passage", "document"] | None,
+        Meta(description="`query` gives the query prefix; absent or the others, the passage one."),
+    ] = None
+    dimensions: Dimensions = None
+    model: ModelName = None
+
+
+MAX_COHERE_EMBED_TEXTS = MAX_EMBED_INPUTS
+
+
+class CohereEmbedRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Cohere's embed request, v1 and v2: texts only (no images)."""
+
+    texts: EmbedTexts
+    model: ModelName = None
+    input_type: Annotated[
+        Literal["search_query", "search_document", "classification", "clustering"] | None,
+        Meta(
+            description="`search_document` (and absent) embeds passages; the others queries, "
+            "as e5 reads symmetric tasks."
+        ),
+    ] = None
+    embedding_types: (
+        Annotated[
+            list[Literal["float"]],
+            Meta(min_length=1, max_length=1, description="Only `float` vectors are served."),
+        ]
+        | None
+    ) = None
+    truncate: Annotated[
+        Literal["NONE", "START", "END"] | None,
+        Meta(description="Accepted; a text past the model's window is cut at its end."),
+    ] = None
+    output_dimension: Dimensions = None
+    max_tokens: Annotated[
+        int | None, Meta(description="Accepted and ignored: the model's window applies.")
+    ] = None
+    priority: Annotated[
+        int | None, Meta(description="Cohere's scheduling priority: accepted and ignored.")
+    ] = None
+
+
+class CohereBilledUnits(Struct, frozen=True, kw_only=True):
+    input_tokens: int
+
+
+class CohereEmbedMeta(Struct, frozen=True, kw_only=True):
+    api_version: ApiVersion
+    billed_units: CohereBilledUnits
+
+
+class CohereFloats(Struct, frozen=True, kw_only=True, rename={"float_": "float"}):
+    float_: list[list[float]]
+
+
+class CohereEmbedResponse(Struct, frozen=True, kw_only=True):
+    """Cohere's embed answer: `embeddings` by type (v2, or v1 asked for types), else the
+    floats themselves (v1)."""
+
+    response_type: Literal["embeddings_floats", "embeddings_by_type"]
+    id: str
+    embeddings: list[list[float]] | CohereFloats
+    texts: list[str]
+    meta: CohereEmbedMeta
 
 
 MAX_DOCUMENTS_PER_JOB = LIMIT_CEILINGS["max_ingest_documents"]

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
@@ -28,6 +29,7 @@ from ragrank.protocols import Embedder, Scorer, relevance
 from ragrank.settings import Settings, env_name
 from ragrank.sparse import SparseEncoder, SparseVector, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
+from ragrank.tokens import WindowPlan
 from server.batching import BatchEngine, BatchPolicy, EngineLimits
 from server.metrics import RERANK_FALLBACKS
 
@@ -277,14 +279,20 @@ class SearchService:
         )
 
     async def rerank(
-        self, query: str, documents: Sequence[str], max_tokens_per_doc: int | None = None
+        self,
+        query: str,
+        documents: Sequence[str],
+        max_tokens_per_doc: int | None = None,
+        max_windows_per_doc: int | None = None,
     ) -> RerankOutcome:
-        """Score each document against the query; a long one is split into windows and takes
-        its best window's logit."""
+        """Score each document against the query; a long one is split into windows (its first
+        `max_windows_per_doc` when given) and takes its best window's logit."""
         scorer = self.services.scorer
         plan = await self.score_engine.prepare(
             scorer.plan_windows, query, documents, max_tokens_per_doc
         )
+        if max_windows_per_doc is not None:
+            plan = _first_windows(plan, max_windows_per_doc)
         window_logits = await self.score_engine.submit(plan.inputs)
         best = [-math.inf] * len(documents)
         for owner, logit in zip(plan.owners, window_logits, strict=True):
@@ -306,3 +314,18 @@ class SearchService:
 
     async def _in_store_thread(self, function: Callable[[], _Result]) -> _Result:
         return await asyncio.get_running_loop().run_in_executor(self._store_thread, function)
+
+
+def _first_windows(plan: WindowPlan, per_document: int) -> WindowPlan:
+    """The plan with each document's first `per_document` windows only."""
+    seen: Counter[int] = Counter()
+    kept = []
+    for index, owner in enumerate(plan.owners):
+        seen[owner] += 1
+        if seen[owner] <= per_document:
+            kept.append(index)
+    return WindowPlan(
+        inputs=[plan.inputs[i] for i in kept],
+        owners=[plan.owners[i] for i in kept],
+        query_tokens=plan.query_tokens,
+    )

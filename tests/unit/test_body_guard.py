@@ -163,8 +163,10 @@ async def test_the_schema_says_the_body_limits(client: AsyncTestClient):
             assert f"RAGRANK_{limit.upper()}" in described
     components = schema["components"]["schemas"]
     embeddings = components["EmbeddingsRequest"]["properties"]
+    user = next(s for s in embeddings["user"]["anyOf"] if s.get("type") == "string")
+    assert user["maxLength"] == 1_000  # no bound of its own: the body's
     model = next(s for s in embeddings["model"]["anyOf"] if s.get("type") == "string")
-    assert model["maxLength"] == 1_000  # no bound of its own: the body's
+    assert model["maxLength"] == 256  # its own, below the body's
     metadata = components["DocumentIn"]["properties"]["metadata"]
     assert metadata["maxProperties"] == 20  # the body's, below the type's 64
     assert components["SearchRequest"]["properties"]["query"]["maxLength"] == 100
