@@ -2,12 +2,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+CLIENTS_VENV ?= .venv-clients
 TORCH_VERSION ?= 2.13.0
 # Where a CPU-only machine gets torch when no local wheel is found (avoids GBs of CUDA packages).
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity soak test test-slow lint stack-tools browser screenshot clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity soak test test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -37,9 +38,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -c constraints.txt -e '.[dev,eval,finetune]'
 	touch $@
 
-lock: setup ## recompile constraints.txt, the pinned versions every install uses, with uv
+lock: setup ## recompile constraints.txt and constraints-clients.txt, the pinned versions, with uv
 	$(BIN)/uv pip compile pyproject.toml --extra dev --extra eval --extra finetune \
-	  --python-version 3.11 --python-platform x86_64-manylinux_2_28 -o constraints.txt
+	  --no-header --python-version 3.11 --python-platform x86_64-manylinux_2_28 -o constraints.txt
+	printf 'torch==$(TORCH_VERSION)\n' > $(VENV)/torch-pin.txt
+	$(BIN)/uv pip compile pyproject.toml --extra clients --override $(VENV)/torch-pin.txt \
+	  --no-header --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	  -o constraints-clients.txt
 
 docs: setup ## regenerate docs/configuration.md from the settings
 	$(BIN)/python -m ragrank.reference docs/configuration.md
@@ -76,8 +81,19 @@ bench-infinity: .venv-infinity/.installed ## install Infinity (the peer server) 
 	.venv-infinity/bin/pip install "infinity-emb[server,torch]"
 	touch $@
 
-test: setup ## run the test suite (tiny models, no network)
+test: setup $(CLIENTS_VENV)/.installed ## run the test suite (tiny models, no network), the client matrix too
 	$(BIN)/pytest -m "not slow"
+	$(CLIENTS_VENV)/bin/pytest tests/clients
+
+test-clients: $(CLIENTS_VENV)/.installed ## the client matrix: LiteLLM, LangChain, LlamaIndex, Haystack against `ragrank serve`
+	$(CLIENTS_VENV)/bin/pytest tests/clients
+
+# The frameworks' own environment: their Cohere integrations need cohere<6, dev the newest SDK.
+$(CLIENTS_VENV)/.installed: pyproject.toml constraints-clients.txt | $(VENV)/.installed
+	test -x $(CLIENTS_VENV)/bin/python || $(PYTHON) -m venv $(CLIENTS_VENV)
+	$(call install-torch,$(CLIENTS_VENV)/bin)
+	$(BIN)/uv pip install --python $(CLIENTS_VENV)/bin/python -c constraints-clients.txt -e '.[clients]'
+	touch $@
 
 test-slow: setup ## run the real-model and real-data tests too
 	$(BIN)/pytest
@@ -106,4 +122,4 @@ screenshot: setup browser ## retake docs/playground.png, the playground picture 
 	  tests/integration/test_playground.py -k screenshot
 
 clean: ## remove the virtualenv, caches and local data
-	rm -rf $(VENV) .venv-infinity .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info
+	rm -rf $(VENV) .venv-infinity $(CLIENTS_VENV) .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info

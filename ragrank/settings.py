@@ -326,7 +326,9 @@ class Settings:
     max_document_chars: int = setting(
         100_000, "characters of one document to rerank or text to embed (at most 1,000,000)"
     )
-    max_embed_inputs: int = setting(2_048, "texts in one `/v1/embeddings` request (at most 20,480)")
+    max_embed_inputs: int = setting(
+        2_048, "texts in one embeddings request, on any of its routes (at most 20,480)"
+    )
     max_ingest_documents: int = setting(
         1_000, "documents in one `POST /v1/documents` (at most 10,000)"
     )
