@@ -20,8 +20,8 @@ folder and goes on. At the end it checks, and exits 1 when any check fails:
 - RSS, threads and file descriptors grow by less than 5 % (threads and descriptors: or by at
   most 2) from the first to the last tenth of the longest server life after its warm-up
   (`--warmup`: 10 % of the run, at least 60 s);
-- p99 in the last tenth (five samples at least) is within 1.5x of the first: of all answers, and of each route with
-  at least 100 answers in both tenths.
+- p99 in the last tenth (five samples at least) is within 1.5x of the first: of all answers,
+  and of each route with at least 100 answers in both tenths.
 """
 
 from __future__ import annotations

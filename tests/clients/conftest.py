@@ -6,7 +6,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -150,23 +151,34 @@ def spread_reranker_path(model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ragrank(
+def servers(
     tmp_path_factory: pytest.TempPathFactory, tiny_embedder_path: Path, spread_reranker_path: Path
-) -> Iterator[str]:
-    """The server every cell calls, with one API key."""
-    folder = tmp_path_factory.mktemp("matrix")
-    with serve(folder, tiny_embedder_path, spread_reranker_path, keys=KEY) as base:
-        yield base
+) -> Iterator[dict[str, str]]:
+    """Two servers, started side by side (each spends seconds importing and loading): `keyed`,
+    with one API key, which every cell calls; `keyless`, for the client that sends no key."""
+    managers = {
+        name: serve(tmp_path_factory.mktemp(name), tiny_embedder_path, spread_reranker_path, keys=k)
+        for name, k in (("keyed", KEY), ("keyless", ""))
+    }
+    with ExitStack() as stack:
+        with ThreadPoolExecutor(len(managers)) as pool:
+            started = {name: pool.submit(m.__enter__) for name, m in managers.items()}
+        for name, future in started.items():
+            if future.exception() is None:
+                stack.push(managers[name].__exit__)
+        yield {name: future.result() for name, future in started.items()}
 
 
 @pytest.fixture(scope="session")
-def keyless(
-    tmp_path_factory: pytest.TempPathFactory, tiny_embedder_path: Path, tiny_reranker_path: Path
-) -> Iterator[str]:
-    """A second server, with no API keys, for the client that cannot send one."""
-    folder = tmp_path_factory.mktemp("keyless")
-    with serve(folder, tiny_embedder_path, tiny_reranker_path, keys="") as base:
-        yield base
+def ragrank(servers: dict[str, str]) -> str:
+    """The server every cell calls, with one API key."""
+    return servers["keyed"]
+
+
+@pytest.fixture(scope="session")
+def keyless(servers: dict[str, str]) -> str:
+    """A server with no API keys, for the client that cannot send one."""
+    return servers["keyless"]
 
 
 @pytest.fixture(scope="session")

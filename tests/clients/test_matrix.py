@@ -9,8 +9,8 @@ workaround is tested. `docs/clients.md` holds the table these cells render to.
 
 from __future__ import annotations
 
-import itertools
 import asyncio
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
