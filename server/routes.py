@@ -185,17 +185,17 @@ async def rerank_tei(
 ) -> list[TeiRank] | InfinityRerankResponse:
     """text-embeddings-inference-shaped reranking (`texts`: a list of ranks), or
     Infinity-shaped (`documents`: Infinity's answer)."""
-    if (data.texts is None) == (data.documents is None):
+    if bool(data.texts) == bool(data.documents):
         raise InvalidRequestError(
             "texts: give the texts to rank as `texts` (TEI) or as `documents` (Infinity), not both",
             field="texts",
         )
-    texts = data.texts if data.texts is not None else data.documents or []
+    texts = data.texts or data.documents
     ranked, tokens = await _ranked(
         request, search_service, data.query, texts, raw_scores=data.raw_scores
     )
     best = ranked[: data.top_n]
-    if data.texts is None:
+    if not data.texts:
         return InfinityRerankResponse(
             id=str(uuid.uuid4()),
             created=int(time.time()),

@@ -364,10 +364,8 @@ class TeiRerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     `truncation_direction` change nothing and are accepted for compatibility."""
 
     query: QueryText
-    texts: Annotated[RerankTexts | None, Meta(description="TEI: the texts to rank.")] = None
-    documents: Annotated[RerankTexts | None, Meta(description="Infinity: the texts to rank.")] = (
-        None
-    )
+    texts: Annotated[RerankTexts, Meta(description="TEI: the texts to rank.")] = []
+    documents: Annotated[RerankTexts, Meta(description="Infinity: the texts to rank.")] = []
     raw_scores: bool = False
     return_text: bool = False
     return_documents: Annotated[bool, Meta(description="Infinity: return each text.")] = False
@@ -611,6 +609,10 @@ class JobStatus(Struct, frozen=True, kw_only=True):
     updated_at: float
 
 
+#: Bodies that take exactly one of these fields (the handler checks it; the schema says it).
+ONE_OF_FIELDS = {"TeiRerankRequest": ("texts", "documents")}
+
+
 def complete_request_schemas(openapi: OpenAPI) -> None:
     """Say in the OpenAPI schema all that the decoder enforces on request bodies, so clients and
     fuzzers see the real contract. Litestar's schema generation drops what msgspec's own JSON
@@ -632,6 +634,8 @@ def complete_request_schemas(openapi: OpenAPI) -> None:
         if isinstance(component, Schema):
             _any_of_for_unions(component)
             component.additional_properties = False
+            if name in ONE_OF_FIELDS:
+                component.one_of = [Schema(required=[f]) for f in ONE_OF_FIELDS[name]]
             for field, rules in exact["properties"].items():
                 target = (component.properties or {}).get(field)
                 if isinstance(target, Schema):

@@ -62,3 +62,24 @@ def test_the_openai_client_embeds_unchanged(live_server):
     # The client asks for base64 by default; floats must decode to the same vector.
     floats = client.embeddings.create(model="any", input="rivers and seas", encoding_format="float")
     assert floats.data[0].embedding == pytest.approx(response.data[0].embedding, abs=1e-6)
+
+
+def test_the_cohere_clients_rerank_v1_and_embed_v1_and_v2(live_server):
+    cohere = pytest.importorskip("cohere")
+    v1 = cohere.Client(api_key="not-checked", base_url=live_server)
+    ranked = v1.rerank(
+        model="rerank-english-v3.0",
+        query="rivers",
+        documents=DOCUMENTS,
+        top_n=1,
+        return_documents=True,
+    )
+    assert [r.index for r in ranked.results] == [1]
+    assert ranked.results[0].document.text == DOCUMENTS[1]
+    floats = v1.embed(texts=["rivers"], model="embed-v4.0", input_type="search_query")
+    assert len(floats.embeddings[0]) == FakeEmbedder.dimension
+    v2 = cohere.ClientV2(api_key="not-checked", base_url=live_server)
+    typed = v2.embed(
+        texts=["rivers"], model="embed-v4.0", input_type="search_query", embedding_types=["float"]
+    )
+    assert typed.embeddings.float_ == pytest.approx(floats.embeddings, abs=1e-6)

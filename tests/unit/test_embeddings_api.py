@@ -67,3 +67,71 @@ async def test_bad_requests_name_the_field(client, body, field, fragment):
     error = response.json()["error"]
     assert error["field"].startswith(field)
     assert fragment in error["message"]
+
+
+async def test_infinity_and_jina_call_the_same_route(client):
+    infinity = await client.post("/embeddings", json={"input": ["rivers"], "model": "e5"})
+    assert infinity.status_code == 200 and len(infinity.json()["data"]) == 1
+    assert client.embedder.seen[-1] == "passage: rivers"
+    for task, prefix in [("retrieval.query", "query: "), ("retrieval.passage", "passage: ")]:
+        body = {"model": "jina-embeddings-v3", "input": ["seas"], "task": task}
+        assert (await client.post("/v1/embeddings", json=body)).status_code == 200
+        assert client.embedder.seen[-1] == prefix + "seas"
+    packed = await client.post("/v1/embeddings", json={"input": "seas", "embedding_type": "base64"})
+    assert isinstance(packed.json()["data"][0]["embedding"], str)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"input": "x", "dimensions": FakeEmbedder.dimension + 1}, "dimensions"),
+        ({"input": "x", "late_chunking": True}, "late_chunking"),
+        ({"input": "x", "normalized": False}, "normalized"),
+        ({"input": "x", "task": "retrieval.document"}, "task"),
+        ({"input": "x", "inputs": "x"}, "inputs"),
+    ],
+)
+async def test_what_ragrank_cannot_honour_is_refused(client, body, field):
+    response = await client.post("/v1/embeddings", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == field
+    fine = await client.post(
+        "/v1/embeddings", json={"input": "x", "dimensions": FakeEmbedder.dimension}
+    )
+    assert fine.status_code == 200  # the model's own length
+
+
+@pytest.mark.parametrize("path", ["/embed", "/"])
+async def test_tei_shape_answers_a_list_of_vectors(client, path):
+    response = await client.post(path, json={"inputs": "rivers", "normalize": False})
+    assert response.status_code == 200, response.text
+    vectors = np.array(response.json())
+    assert vectors.shape == (1, FakeEmbedder.dimension)
+    assert client.embedder.seen[-1] == "passage: rivers"
+    await client.post(path, json={"inputs": ["a", "b"], "prompt_name": "query"})
+    assert client.embedder.seen[-2:] == ["query: a", "query: b"]
+    bad = await client.post(path, json={"inputs": "x", "prompt_name": "title"})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "prompt_name"
+
+
+async def test_cohere_shape_v1_floats_or_by_type_and_v2_by_type(client):
+    body = {"texts": ["rivers"], "model": "embed-v4.0", "input_type": "search_query"}
+    v1 = (await client.post("/v1/embed", json=body)).json()
+    assert v1["response_type"] == "embeddings_floats" and v1["texts"] == ["rivers"]
+    assert len(v1["embeddings"][0]) == FakeEmbedder.dimension
+    assert client.embedder.seen[-1] == "query: rivers"
+    assert v1["meta"]["api_version"]["version"] == "1"
+    typed = (await client.post("/v1/embed", json={**body, "embedding_types": ["float"]})).json()
+    assert typed["response_type"] == "embeddings_by_type"
+    assert typed["embeddings"]["float"] == v1["embeddings"]
+    v2 = (await client.post("/v2/embed", json={**body, "input_type": "search_document"})).json()
+    assert (
+        v2["response_type"] == "embeddings_by_type" and v2["meta"]["api_version"]["version"] == "2"
+    )
+    assert client.embedder.seen[-1] == "passage: rivers"
+    refused = await client.post("/v2/embed", json={**body, "embedding_types": ["int8"]})
+    assert refused.status_code == 400 and refused.json()["error"]["field"].startswith(
+        "embedding_types"
+    )
+    images = await client.post("/v2/embed", json={**body, "images": ["data:..."]})
+    assert images.status_code == 400 and images.json()["error"]["field"] == "images"

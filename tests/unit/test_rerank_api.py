@@ -168,3 +168,69 @@ async def test_the_query_and_each_document_are_tokenised_once_on_host_threads(cl
     assert response.status_code == 200
     assert len(threads) - before == 1 + len(DOCUMENTS)
     assert all(name.startswith("ragrank-host") for name in threads[before:]), threads[before:]
+
+
+async def test_infinity_shape_on_the_same_route_by_its_documents_field(client):
+    body = {"query": "rivers", "documents": DOCUMENTS, "top_n": 2, "model": "any"}
+    answer = (await client.post("/rerank", json={**body, "return_documents": True})).json()
+    assert answer["object"] == "rerank" and answer["model"] == client.scorer.model_id
+    assert [r["index"] for r in answer["results"]] == [1, 2]
+    assert answer["results"][0]["document"] == DOCUMENTS[1]
+    assert answer["usage"]["prompt_tokens"] == answer["usage"]["total_tokens"] > 0
+    bare = (await client.post("/rerank", json=body)).json()
+    assert bare["results"][0]["document"] is None
+    tei = await client.post("/rerank", json={"query": "rivers", "texts": DOCUMENTS, "top_n": 1})
+    assert [r["index"] for r in tei.json()] == [1]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"query": "q"},
+        {"query": "q", "texts": ["a"], "documents": ["a"]},
+    ],
+)
+async def test_rerank_needs_texts_or_documents_not_both(client, body):
+    response = await client.post("/rerank", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "texts"
+
+
+async def test_jina_reads_the_same_answer_and_the_error_detail(client):
+    answer = (
+        await client.post(
+            "/v1/rerank",
+            json={"model": "jina-reranker-v2-base-multilingual", "query": "q", "documents": ["d"]},
+        )
+    ).json()
+    assert answer["model"] == client.scorer.model_id and answer["usage"]["total_tokens"] > 0
+    assert answer["id"] and answer["meta"]["tokens"]["input_tokens"] > 0  # Cohere's too
+    error = (await client.post("/v1/rerank", json={"query": " ", "documents": ["d"]})).json()
+    assert error["detail"] == error["error"]["message"]
+
+
+async def test_max_chunks_per_doc_scores_the_first_windows_only(client):
+    # The fake scorer's windows are 64 words, 48 apart: the last ones here are the longest.
+    document = " ".join(["w"] * 100 + ["wwwwwwwwwwwwwwwwwwww"] * 60)
+    body = {"query": "q", "documents": [document], "raw_scores": True}
+    every = (await client.post("/v1/rerank", json=body)).json()
+    first = (await client.post("/v1/rerank", json={**body, "max_chunks_per_doc": 1})).json()
+    plan = client.scorer.plan_windows("q", [document])
+    (expected,) = client.scorer.score_pairs(client.scorer.collate(plan.inputs[:1]))
+    assert first["results"][0]["relevance_score"] == pytest.approx(float(expected))
+    assert first["results"][0]["relevance_score"] < every["results"][0]["relevance_score"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"query": "q", "documents": ["d"], "rank_fields": ["title"]}, "rank_fields"),
+        ({"query": "q", "documents": ["d"], "modle": "x"}, "modle"),
+        ({"query": "q", "documents": ["d"], "model": "m" * 257}, "model"),
+        ({"query": "q", "documents": ["d"], "max_chunks_per_doc": 0}, "max_chunks_per_doc"),
+    ],
+)
+async def test_a_field_no_client_sends_is_still_refused(client, body, field):
+    response = await client.post("/v1/rerank", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == field
