@@ -24,7 +24,7 @@ from server.metrics import PROMETHEUS, MetricsController, instrument, instrument
 from server.playground import playground_router
 from server.request_log import request_id_middleware
 from server.routes import ROUTES
-from server.schemas import complete_request_schemas
+from server.schemas import complete_request_schemas, write_dimension_into_schema
 from server.services import SearchService, Services
 from server.strict import strict_body
 
@@ -65,6 +65,7 @@ def create_app(
         ready = services
         if ready is None:
             ready = await anyio.to_thread.run_sync(Services.load, settings)
+        write_dimension_into_schema(app.openapi_schema, ready.embedder.dimension)
         try:
             async with SearchService(ready, settings) as search_service:
                 instrument(search_service.embed_engine)

@@ -611,6 +611,17 @@ class JobStatus(Struct, frozen=True, kw_only=True):
 
 #: Bodies that take exactly one of these fields (the handler checks it; the schema says it).
 ONE_OF_FIELDS = {"TeiRerankRequest": ("texts", "documents")}
+#: Flags of which ragrank serves one value only; the other is a 400.
+ONE_VALUE_FIELDS = {
+    ("EmbeddingsRequest", "normalized"): True,
+    ("EmbeddingsRequest", "late_chunking"): False,
+}
+#: The fields that must equal the embedder's vector length, known once the model is loaded.
+DIMENSION_FIELDS = {
+    "EmbeddingsRequest": "dimensions",
+    "TeiEmbedRequest": "dimensions",
+    "CohereEmbedRequest": "output_dimension",
+}
 
 
 def complete_request_schemas(openapi: OpenAPI) -> None:
@@ -636,10 +647,27 @@ def complete_request_schemas(openapi: OpenAPI) -> None:
             component.additional_properties = False
             if name in ONE_OF_FIELDS:
                 component.one_of = [Schema(required=[f]) for f in ONE_OF_FIELDS[name]]
+            for (owner, field), value in ONE_VALUE_FIELDS.items():
+                target = (component.properties or {}).get(field) if owner == name else None
+                if isinstance(target, Schema):
+                    target.enum = [value]
             for field, rules in exact["properties"].items():
                 target = (component.properties or {}).get(field)
                 if isinstance(target, Schema):
                     _copy_limits(rules, target)
+
+
+def write_dimension_into_schema(openapi: OpenAPI, dimension: int) -> None:
+    """Once the embedder is loaded: the vector length its `dimensions` fields must give."""
+    schemas = openapi.components.schemas if openapi.components else None
+    for name, field in DIMENSION_FIELDS.items():
+        component = (schemas or {}).get(name)
+        target = (component.properties or {}).get(field) if isinstance(component, Schema) else None
+        if not isinstance(target, Schema):
+            continue
+        for option in [target, *(target.any_of or [])]:
+            if isinstance(option, Schema) and option.type == OpenAPIType.INTEGER:
+                option.minimum = option.maximum = dimension
 
 
 def _any_of_for_unions(schema: Schema) -> None:

@@ -135,3 +135,16 @@ async def test_cohere_shape_v1_floats_or_by_type_and_v2_by_type(client):
     )
     images = await client.post("/v2/embed", json={**body, "images": ["data:..."]})
     assert images.status_code == 400 and images.json()["error"]["field"] == "images"
+
+
+async def test_the_schema_names_the_served_vector_length(client):
+    schemas = (await client.get("/schema/openapi.json")).json()["components"]["schemas"]
+    for name, field in [
+        ("EmbeddingsRequest", "dimensions"),
+        ("CohereEmbedRequest", "output_dimension"),
+    ]:
+        (integer,) = [
+            s for s in schemas[name]["properties"][field]["anyOf"] if s.get("type") == "integer"
+        ]
+        assert integer["minimum"] == integer["maximum"] == FakeEmbedder.dimension
+    assert schemas["EmbeddingsRequest"]["properties"]["late_chunking"]["enum"] == [False]
