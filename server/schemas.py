@@ -265,6 +265,9 @@ class RerankDocument(Struct, frozen=True, kw_only=True):
     text: DocumentText
 
 
+CoherePriority = Annotated[
+    int | None, Meta(description="Cohere's scheduling priority: accepted and ignored.")
+]
 #: The most windows `max_chunks_per_doc` may ask for per document.
 MAX_CHUNKS_PER_DOC = 256
 
@@ -292,10 +295,7 @@ class RerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         ]
         | None
     ) = None
-    priority: Annotated[
-        int | None,
-        Meta(description="Cohere's scheduling priority: accepted and ignored."),
-    ] = None
+    priority: CoherePriority = None
     max_tokens_per_doc: (
         Annotated[
             int,
@@ -534,9 +534,7 @@ class CohereEmbedRequest(Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_tokens: Annotated[
         int | None, Meta(description="Accepted and ignored: the model's window applies.")
     ] = None
-    priority: Annotated[
-        int | None, Meta(description="Cohere's scheduling priority: accepted and ignored.")
-    ] = None
+    priority: CoherePriority = None
 
 
 class CohereBilledUnits(Struct, frozen=True, kw_only=True):
