@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 EXAMPLES = 80
 
 
+#: Second paths of one handler (the path a client calls); fuzzing the first covers them.
+ALIASES = {"/v2/rerank", "/embeddings", "/", "/v2/embed"}
+
+
 #: A body over the server's size limit (RAGRANK_MAX_REQUEST_BYTES) is refused unread with a
 #: 413, valid or not: the schema allows, say, 1,000 documents of 1,000,000 characters.
 CONFIG = SchemathesisConfig.from_str(
@@ -76,7 +80,11 @@ def base_url(indexed_services: Services, tmp_path: Path) -> Iterator[str]:
 
 def test_every_operation_answers_within_its_schema_and_never_5xx(base_url: str):
     schema = schemathesis.openapi.from_url(f"{base_url}/schema/openapi.json", config=CONFIG)
-    operations = [result.ok() for result in schema.get_all_operations()]
+    operations = [
+        operation
+        for operation in (result.ok() for result in schema.get_all_operations())
+        if operation.path not in ALIASES
+    ]
     assert len(operations) >= 10
     calls: dict[str, int] = {}
     for operation in operations:
