@@ -16,7 +16,7 @@ def _samples(rss: list[float], life: int = 0, latency: float = 10.0) -> list[dic
             "rss_mb": value,
             "threads": 40,
             "fds": 30,
-            "latencies_ms": {"search": [latency] * 30, "rerank": [latency] * 30},
+            "latencies_ms": {"search": [latency] * 300, "rerank": [latency] * 300},
         }
         for i, value in enumerate(rss)
     ]
@@ -51,9 +51,15 @@ def test_p99_that_drifts_past_one_and_a_half_times_fails():
     steady = _samples([400.0] * 50, latency=10.0)
     assert _latency(steady)["p99_steady"]["ok"]
     for sample in steady[-5:]:
-        sample["latencies_ms"]["search"] = [16.0] * 30
+        sample["latencies_ms"]["search"] = [16.0] * 300
     drifted = _latency(steady)["p99_steady"]
     assert not drifted["ok"] and drifted["detail"]["search"]["ratio"] == 1.6
+    sparse = _samples([400.0] * 50, latency=10.0)
+    for sample in sparse:
+        sample["latencies_ms"]["job"] = [10.0] * 20
+    for sample in sparse[-5:]:
+        sample["latencies_ms"]["job"] = [30.0] + [10.0] * 19  # 100 answers: 5 slow ones
+    assert _latency(sparse)["p99_steady"]["ok"]
     few = steady[:12]
     for sample in few:
         sample["latencies_ms"] = {"search": [10.0] * 3}
