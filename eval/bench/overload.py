@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from eval.bench.load import (
-    _build_minilm_reranker,
-    _small_embedder,
+from eval.bench.harness import (
     free_port,
     latency_quantile,
+    minilm_reranker,
+    ragrank_command,
     server_process,
+    small_embedder,
 )
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
@@ -156,13 +157,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
     work = Path(tempfile.mkdtemp(prefix="ragrank-overload-"))
-    model = args.model or _build_minilm_reranker(work / "minilm-reranker")
+    model = args.model or minilm_reranker(work / "minilm-reranker")
     bodies = _bodies(args.documents)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
-        "RAGRANK_EMBED_MODEL": _small_embedder(),
+        "RAGRANK_EMBED_MODEL": small_embedder(),
         "RAGRANK_RERANK_MODEL": model,
         "RAGRANK_QDRANT_PATH": str(work / "qdrant"),
         "RAGRANK_JOBS_PATH": str(work / "jobs.sqlite3"),
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "RAGRANK_QUEUE_SIZE": str(args.queue_size),
         "RAGRANK_LOG_LEVEL": "WARNING",
     }
-    command = [sys.executable, "-m", "ragrank.cli", "serve", "--port", str(port)]
+    command = ragrank_command("serve", "--port", str(port))
     phases: list[Phase] = []
     memory: list[tuple[str, float]] = []
     depths: list[float] = []

@@ -48,12 +48,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 
-from eval.bench.load import (
-    _build_minilm_reranker,
-    _small_embedder,
+from eval.bench.harness import (
     free_port,
     latency_quantile,
+    minilm_reranker,
+    ragrank_command,
     server_process,
+    small_embedder,
 )
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
@@ -266,8 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.embed_model, args.rerank_model = str(tiny[0]), str(tiny[1])
     env = {
         **os.environ,
-        "RAGRANK_EMBED_MODEL": args.embed_model or _small_embedder(),
-        "RAGRANK_RERANK_MODEL": args.rerank_model or _build_minilm_reranker(work / "reranker"),
+        "RAGRANK_EMBED_MODEL": args.embed_model or small_embedder(),
+        "RAGRANK_RERANK_MODEL": args.rerank_model or minilm_reranker(work / "reranker"),
         "RAGRANK_QDRANT_PATH": str(work / "qdrant"),
         "RAGRANK_JOBS_PATH": str(work / "jobs.sqlite3"),
         "RAGRANK_DEVICE": "cpu",
@@ -287,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = args.minutes * 60
     # Early, so the life after the last restart is the longest and is judged after its warm-up.
     offsets = sorted(rng.uniform(0.1, 0.3) * seconds for _ in range(args.kills))
-    command = [sys.executable, "-m", "ragrank.cli", "serve", "--port", str(port)]
+    command = ragrank_command("serve", "--port", str(port))
     clients: threading.Thread | None = None
     life = 0
     while True:

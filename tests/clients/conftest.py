@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from eval.random_models import save_random_model
-from tests.conftest import _tiny_config, build_tokenizer
+from eval.random_models import save_random_model, tiny_config
+from tests.conftest import build_tokenizer
 from tests.servers import ragrank_serve
 
 if TYPE_CHECKING:
@@ -144,9 +144,9 @@ def spread_reranker_path(model_dir: Path) -> Path:
     by far more than rounding, so a client that mixed documents up would show. (At the usual
     scale they agree to 1e-6.)"""
     folder = model_dir / "spread-bge-reranker"
-    config = _tiny_config(build_tokenizer(folder.with_name(folder.name + "-tok")))
-    config.initializer_range = 1.0
     tokenizer = build_tokenizer(folder.with_name(folder.name + "-tok"))
+    config = tiny_config(tokenizer)
+    config.initializer_range = 1.0
     return save_random_model("reranker", config, tokenizer, folder)
 
 

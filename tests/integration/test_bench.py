@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from eval.bench.load import RunResult, _ratio, build_workload, measure_ceiling
+from cli import main
+from eval.bench.harness import RunResult
+from eval.bench.load import _ratio, build_workload, measure_ceiling
 from ragrank import SAMPLE_DATASET
-from ragrank.cli import main
 from ragrank.device import Placement
 from ragrank.models import CrossEncoderScorer
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ragrank.cli import main
+from cli import main
 
 
 def test_the_console_script_is_installed():
     result = subprocess.run(
-        [sys.executable, "-m", "ragrank.cli", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "cli", "--help"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0
     assert "serve" in result.stdout and "index" in result.stdout and "demo" in result.stdout

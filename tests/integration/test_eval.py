@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+from cli import main
 from eval.command import run_eval, store_factory
 from eval.options import EvalOptions
 from eval.suite import evaluate_dataset
-from ragrank.cli import main
 from ragrank.settings import Settings
 from ragrank.sparse import Bm25Params, QdrantBm25
 from ragrank.tokens import ModelInput, WindowPlan

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from litestar.testing import AsyncTestClient
 
+from cli import main
 from eval.finetune.data import TrainingData
 from eval.finetune.reranker import _rows, load_base
 from eval.options import FinetuneOptions
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir, load_qrels
-from ragrank.cli import main
 from ragrank.errors import ModelLoadError
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings

@@ -3,10 +3,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from cli import main
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
-from ragrank.cli import main
 from ragrank.models import SentenceTransformerEmbedder
 from ragrank.store import open_store
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from litestar.testing import AsyncTestClient
 
+from cli import in_process_worker
 from indexing import Chunker, Indexer
 from indexing.jobs import JobStore
 from indexing.worker import Worker
-from ragrank.cli import in_process_worker
 from ragrank.documents import Document
 from ragrank.errors import StoreError, StoreUnreachableError
 from ragrank.settings import Settings

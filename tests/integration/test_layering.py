@@ -33,7 +33,7 @@ def test_light_modules_import_no_torch(modules: str):
 
 
 def test_the_command_line_parser_loads_no_model_code():
-    loaded = _loaded("from ragrank.cli import build_parser\nbuild_parser().format_help()")
+    loaded = _loaded("from cli import build_parser\nbuild_parser().format_help()")
     assert not loaded & {"torch", "transformers", "sentence_transformers", "litestar"}
 
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from eval.bench.load import free_port
-from tests.unit.test_compose import PROFILES, REPO, _compose, _services
+from eval.bench.harness import free_port
+from tests.compose import PROFILES, REPO, compose_file, profile_services
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,7 +55,7 @@ def test_docker_compose_accepts_each_profile(profile: str):
         env={**os.environ, "COMPOSE_PROFILES": ""},
     )
     assert result.returncode == 0, result.stderr
-    assert set(result.stdout.split()) == set(_services(profile))
+    assert set(result.stdout.split()) == set(profile_services(profile))
 
 
 def _caddy() -> str:
@@ -63,7 +63,7 @@ def _caddy() -> str:
     if caddy is None:
         pytest.skip("no Caddy here: `make stack-tools` fetches one")
     version = subprocess.run([caddy, "version"], capture_output=True, text=True, check=True)
-    (balancer,) = (s for s in _compose()["services"].values() if "configs" in s)
+    (balancer,) = (s for s in compose_file()["services"].values() if "configs" in s)
     assert version.stdout.lstrip("v").startswith(balancer["image"].split(":")[1].split("-")[0])
     return caddy
 
@@ -71,7 +71,7 @@ def _caddy() -> str:
 def test_caddy_accepts_the_load_balancer_config(tmp_path: Path):
     caddy = _caddy()
     caddyfile = tmp_path / "Caddyfile"
-    caddyfile.write_text(_compose()["configs"]["caddyfile"]["content"], encoding="utf-8")
+    caddyfile.write_text(compose_file()["configs"]["caddyfile"]["content"], encoding="utf-8")
     result = subprocess.run(
         [caddy, "validate", "--config", str(caddyfile), "--adapter", "caddyfile"],
         capture_output=True,
@@ -105,7 +105,7 @@ def test_the_load_balancer_alternates_replicas_and_retries_a_post_on_the_live_on
         threading.Thread(target=replica.serve_forever, daemon=True).start()
     ports = [replica.server_address[1] for replica in replicas]
     listen = free_port()
-    config = _compose()["configs"]["caddyfile"]["content"]
+    config = compose_file()["configs"]["caddyfile"]["content"]
     config = re.sub(
         r"dynamic a api-replica 8000 \{.*?\}",
         "to " + " ".join(f"127.0.0.1:{port}" for port in ports),

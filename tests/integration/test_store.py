@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ragrank.store import EdgeStore
-from tests.unit.test_store import _chunks, _unit
+from tests.data import make_chunks, unit
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,10 +28,10 @@ def test_a_build_alongside_searches_keeps_them_answering_exactly(
     tuning = IndexTuning(indexing_threshold_kb=1, full_scan_threshold_kb=1, ef=256)
     store = EdgeStore(tmp_path / "q", "c", tuning=tuning)
     store.ensure_collection(16)
-    vectors = _unit(3000, 16)
+    vectors = unit(3000, 16)
     for start in range(0, 3000, 500):
-        store.upsert(_chunks(500, f"d{start}"), vectors[start : start + 500])
-    queries = _unit(10, 16, seed=9)
+        store.upsert(make_chunks(500, f"d{start}"), vectors[start : start + 500])
+    queries = unit(10, 16, seed=9)
 
     def ids(exact: bool) -> list[list[str]]:
         hits = (store.search(q, 10, exact=exact) for q in queries)
@@ -54,7 +54,10 @@ def test_a_build_alongside_searches_keeps_them_answering_exactly(
     assert building.wait(30)
     landed: list[float] = []
     writer = threading.Thread(
-        target=lambda: (store.upsert(_chunks(5, "late"), _unit(5, 16)), landed.append(time.time()))
+        target=lambda: (
+            store.upsert(make_chunks(5, "late"), unit(5, 16)),
+            landed.append(time.time()),
+        )
     )
     writer.start()
     during = 0

@@ -186,7 +186,7 @@ def test_sigkill_mid_run_then_rerun_equals_a_clean_run(settings: Settings, tmp_p
             "RAGRANK_CHUNK_TOKENS": "32",
             "RAGRANK_CHUNK_OVERLAP": "4",
         }
-        command = [sys.executable, "-m", "ragrank.cli", "index", str(corpus)]
+        command = [sys.executable, "-m", "cli", "index", str(corpus)]
         if kill:
             process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
             assert process.stderr is not None

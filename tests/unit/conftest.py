@@ -9,6 +9,13 @@ import pytest
 import tokenizers
 import transformers
 
+# matplotlib builds its font cache on first import by running fc-list: let it, here, before any
+# test's guard is in place, so that the first plotting test on a fresh machine is not refused.
+try:
+    import matplotlib.font_manager  # noqa: F401
+except ImportError:  # the eval extra is not installed
+    pass
+
 #: What reads or writes a model or tokenizer folder.
 LOADERS = (
     (transformers.PreTrainedModel, "from_pretrained"),

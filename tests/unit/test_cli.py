@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from ragrank.cli import build_parser, main, settings_from_args
+from cli import build_parser, main, settings_from_args
 
 
 @pytest.mark.parametrize(

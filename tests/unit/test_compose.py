@@ -5,32 +5,15 @@ Caddy's own validation where `make stack-tools` fetched them (skipped otherwise)
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
-
-from ragrank.cli import build_parser
+from cli import build_parser
 from ragrank.settings import settings_table
 from server.routes import ROUTES
+from tests.compose import PROFILES, REPO, compose_file, profile_services
 
-REPO = Path(__file__).resolve().parents[2]
-PROFILES = ("cpu", "gpu", "cluster")
 SETTINGS = {name for name, _ in settings_table()}
-
-
-def _compose() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "compose.yaml").read_text(encoding="utf-8"))
-
-
-def _services(profile: str) -> dict[str, dict[str, Any]]:
-    """The services `docker compose --profile <profile> up` starts."""
-    return {
-        name: service
-        for name, service in _compose()["services"].items()
-        if not service.get("profiles") or profile in service["profiles"]
-    }
 
 
 def _ragrank(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -43,7 +26,7 @@ def _host_ports(service: dict[str, Any]) -> list[str]:
 
 def test_every_profile_has_one_qdrant_address_one_public_api_and_no_port_clash():
     for profile in PROFILES:
-        services = _services(profile)
+        services = profile_services(profile)
         ragrank = _ragrank(services)
         assert ragrank, profile
         ports = [port for service in services.values() for port in _host_ports(service)]
@@ -60,7 +43,7 @@ def test_every_profile_has_one_qdrant_address_one_public_api_and_no_port_clash()
 
 def test_every_command_is_a_real_subcommand_and_every_variable_a_real_setting():
     parser = build_parser()
-    for name, service in _compose()["services"].items():
+    for name, service in compose_file()["services"].items():
         if "build" not in service:
             continue
         args = parser.parse_args(service["command"])  # exits on an unknown subcommand or flag
@@ -82,7 +65,7 @@ def test_every_command_is_a_real_subcommand_and_every_variable_a_real_setting():
 
 
 def test_named_volumes_are_declared_and_qdrant_nodes_are_checked_for_readiness():
-    compose = _compose()
+    compose = compose_file()
     for name, service in compose["services"].items():
         for mount in service.get("volumes", []):
             source = mount.split(":")[0]
@@ -94,12 +77,12 @@ def test_named_volumes_are_declared_and_qdrant_nodes_are_checked_for_readiness()
 
 
 def test_the_gpu_profile_reserves_gpus_and_builds_the_cuda_image():
-    for name, service in _ragrank(_services("gpu")).items():
+    for name, service in _ragrank(profile_services("gpu")).items():
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"], name
         assert service["build"]["args"]["VARIANT"] == "cuda"
         assert service["environment"]["RAGRANK_DEVICE"] == "cuda"
-    for name, service in _ragrank(_services("cpu")).items():
+    for name, service in _ragrank(profile_services("cpu")).items():
         assert "deploy" not in service, name
         assert service["build"]["args"]["VARIANT"] == "cpu"
     variants = re.findall(r"^\s+(\w+)\) index=", (REPO / "Dockerfile").read_text(), re.M)
@@ -107,7 +90,7 @@ def test_the_gpu_profile_reserves_gpus_and_builds_the_cuda_image():
 
 
 def test_the_cluster_profile_bootstraps_three_nodes_and_balances_two_replicas():
-    services = _services("cluster")
+    services = profile_services("cluster")
     nodes = {
         name: service
         for name, service in services.items()
@@ -135,7 +118,7 @@ def test_the_cluster_profile_bootstraps_three_nodes_and_balances_two_replicas():
     environment = api["environment"]
     assert int(environment["RAGRANK_QDRANT_REPLICATION_FACTOR"].split(":-")[-1].rstrip("}")) > 1
 
-    caddyfile = _compose()["configs"]["caddyfile"]["content"]
+    caddyfile = compose_file()["configs"]["caddyfile"]["content"]
     assert f"dynamic a {api_name} 8000" in caddyfile
     (balancer,) = (service for service in services.values() if "configs" in service)
     assert _host_ports(balancer) == ["8000"]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from cli import build_parser
 from eval.bench.options import BenchOptions
 from eval.options import FINETUNE_ROLES, EvalOptions, EvalTarget, FinetuneOptions
-from ragrank.cli import build_parser
 from ragrank.options import cli_fields, flag_name
 
 ROOT = Path(__file__).resolve().parents[2]

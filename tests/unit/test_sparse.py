@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from ragrank.cli import main
+from cli import main
 from ragrank.documents import Chunk
 from ragrank.errors import SettingsError, SparseVectorsMissingError
 from ragrank.settings import Settings

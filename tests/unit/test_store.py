@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient, models
 
-from ragrank.documents import Chunk
 from ragrank.errors import (
     CollectionMismatchError,
     SettingsError,
@@ -16,6 +15,7 @@ from ragrank.errors import (
 )
 from ragrank.settings import Settings
 from ragrank.store import EdgeStore, ServerStore, Store, open_store, point_id
+from tests.data import make_chunks, unit
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,26 +33,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         store = ServerStore(QdrantClient(":memory:"), "c")
     yield store
     store.close()
-
-
-def _chunks(n: int, doc_id: str = "doc", **metadata: object) -> list[Chunk]:
-    return [
-        Chunk(
-            doc_id=doc_id,
-            chunk_index=i,
-            text=f"text {i}",
-            title="T",
-            metadata=metadata,
-            start=i * 10,
-            end=i * 10 + 6,
-        )
-        for i in range(n)
-    ]
-
-
-def _unit(rows: int, dim: int, seed: int = 0) -> np.ndarray:
-    vectors = np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def test_point_ids_are_deterministic_and_distinct():
@@ -79,7 +59,7 @@ def test_an_embedded_collection_keeps_its_dimension_across_restarts(tmp_path: Pa
     settings = Settings(qdrant_path=tmp_path / "q", collection="c")
     first = open_store(settings)
     first.ensure_collection(8)
-    first.upsert(_chunks(3), _unit(3, 8))
+    first.upsert(make_chunks(3), unit(3, 8))
     first.close()
     again = open_store(settings)
     try:
@@ -103,16 +83,16 @@ def test_a_distance_mismatch_on_a_server_is_refused():
 
 def test_upserting_the_same_chunks_twice_does_not_duplicate(store: Store):
     store.ensure_collection(8)
-    chunks = _chunks(5)
-    store.upsert(chunks, _unit(5, 8))
-    store.upsert(chunks, _unit(5, 8, seed=1))
+    chunks = make_chunks(5)
+    store.upsert(chunks, unit(5, 8))
+    store.upsert(chunks, unit(5, 8, seed=1))
     assert store.count() == 5
 
 
 def test_search_returns_payload_fields_best_first(store: Store):
     store.ensure_collection(8)
-    vectors = _unit(5, 8)
-    store.upsert(_chunks(5, lang="de"), vectors)
+    vectors = unit(5, 8)
+    store.upsert(make_chunks(5, lang="de"), vectors)
     hits = store.search(vectors[3], limit=3)
     assert hits[0].chunk.chunk_index == 3
     assert hits[0].retrieval_score == pytest.approx(1.0, abs=1e-5)
@@ -131,9 +111,13 @@ def test_search_returns_payload_fields_best_first(store: Store):
 
 def test_filters_match_doc_id_and_metadata(store: Store):
     store.ensure_collection(8)
-    store.upsert(_chunks(3, "a", lang="de", year=2020, score=0.5, draft=True), _unit(3, 8, seed=2))
-    store.upsert(_chunks(3, "b", lang="fr", year=2021, score=1.5, draft=None), _unit(3, 8, seed=3))
-    query = _unit(1, 8, seed=4)[0]
+    store.upsert(
+        make_chunks(3, "a", lang="de", year=2020, score=0.5, draft=True), unit(3, 8, seed=2)
+    )
+    store.upsert(
+        make_chunks(3, "b", lang="fr", year=2021, score=1.5, draft=None), unit(3, 8, seed=3)
+    )
+    query = unit(1, 8, seed=4)[0]
 
     def docs(where: dict[str, object]) -> set[str]:
         return {h.chunk.doc_id for h in store.search(query, 10, where)}  # type: ignore[arg-type]
@@ -154,8 +138,8 @@ def test_document_bookkeeping_has_the_same_semantics_on_both_engines(store: Stor
 
     store.ensure_collection(4)
     stamp = DocumentStamp("h1", 1100, origin="/docs")
-    store.upsert(_chunks(1100, "big"), _unit(1100, 4), {"big": stamp})
-    store.upsert(_chunks(2, "small"), _unit(2, 4, seed=1), {"small": DocumentStamp("h2", 2)})
+    store.upsert(make_chunks(1100, "big"), unit(1100, 4), {"big": stamp})
+    store.upsert(make_chunks(2, "small"), unit(2, 4, seed=1), {"small": DocumentStamp("h2", 2)})
     stored = store.stored_documents(["big", "small", "absent"])
     assert set(stored) == {"big", "small"}
     assert stored["big"].holds_version("h1", "/docs")
@@ -171,8 +155,8 @@ def test_document_bookkeeping_has_the_same_semantics_on_both_engines(store: Stor
 
 def test_points_come_back_with_their_ids_vectors_and_payloads(store: Store):
     store.ensure_collection(4)
-    vectors = _unit(300, 4)
-    store.upsert(_chunks(300), vectors)
+    vectors = unit(300, 4)
+    store.upsert(make_chunks(300), vectors)
     points = [point for batch in store.points(batch=128) for point in batch]
     assert sorted(p.id for p in points) == sorted(point_id("doc", i) for i in range(300))
     by_chunk = {int(p.payload["chunk"]): p for p in points}
@@ -229,11 +213,11 @@ def test_unindexed_points_are_searched_exactly_and_optimize_builds_the_graph(tmp
     store = EdgeStore(tmp_path / "q", "c", tuning=tuning)
     try:
         store.ensure_collection(16)
-        vectors = _unit(3000, 16)
+        vectors = unit(3000, 16)
         for start in range(0, 3000, 500):
-            store.upsert(_chunks(500, f"d{start}"), vectors[start : start + 500])
+            store.upsert(make_chunks(500, f"d{start}"), vectors[start : start + 500])
         assert store.unindexed() == 3000
-        queries = _unit(20, 16, seed=9)
+        queries = unit(20, 16, seed=9)
 
         def ids(exact: bool) -> list[list[str]]:
             return [
@@ -261,21 +245,21 @@ def test_searches_answer_while_a_writer_writes(tmp_path: Path):
 
     store = open_store(Settings(qdrant_path=tmp_path / "q", collection="c"))
     store.ensure_collection(8)
-    store.upsert(_chunks(10, "seed"), _unit(10, 8))
+    store.upsert(make_chunks(10, "seed"), unit(10, 8))
     errors: list[BaseException] = []
     answered = [0]
 
     def write() -> None:
         try:
             for batch in range(40):
-                store.upsert(_chunks(25, f"w{batch}"), _unit(25, 8, seed=batch))
+                store.upsert(make_chunks(25, f"w{batch}"), unit(25, 8, seed=batch))
         except BaseException as exc:
             errors.append(exc)
 
     def search(seed: int) -> None:
         try:
             while writer.is_alive():
-                assert len(store.search(_unit(1, 8, seed=seed)[0], 5)) == 5
+                assert len(store.search(unit(1, 8, seed=seed)[0], 5)) == 5
                 answered[0] += 1
         except BaseException as exc:
             errors.append(exc)

@@ -1,8 +1,7 @@
-"""The composition root: the one module that wires the front doors (`server`, `indexing`,
-`eval`) to the `ragrank` command; the rest of the core imports none of them. Each subcommand
-builds `Settings` from the environment and its flags, then hands over to one door. Doors are
-imported lazily, so that `--help` stays fast; the flags of `eval`, `finetune` and `bench` come
-from their options dataclasses (`ragrank.options`)."""
+"""The `ragrank` command: each subcommand builds `Settings` from the environment and its
+flags, then hands over to one door. A door's code is imported when its command runs, so that
+`--help` loads no model code; the flags of `eval`, `finetune` and `bench` come from their
+options dataclasses, light modules read while the parser is built."""
 
 from __future__ import annotations
 
@@ -15,21 +14,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eval.bench.options import BenchOptions
-from eval.options import FINETUNE_ROLES, EvalOptions, EvalTarget, FinetuneOptions
+from cli.stack import run_stack
 from ragrank import __version__
 from ragrank.errors import RagrankError
 from ragrank.logs import configure_logging
 from ragrank.options import add_options, options_from_args
-from ragrank.settings import PRESETS, Settings, env_name
+from ragrank.settings import PRESETS, Settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from contextlib import AbstractContextManager
-
-    from indexing import JobStore
-    from server import Services
-    from server.app import Companion
 
 DEMO_COLLECTION = "ragrank-demo"
 
@@ -115,12 +108,16 @@ def _models_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _eval_flags(parser: argparse.ArgumentParser) -> None:
+    from eval.options import EvalOptions, EvalTarget
+
     add_options(parser, EvalTarget)
     add_options(parser, EvalOptions)
     _add_common(parser)
 
 
 def _finetune_flags(parser: argparse.ArgumentParser) -> None:
+    from eval.options import FINETUNE_ROLES, FinetuneOptions
+
     roles = parser.add_subparsers(title="models", required=True, metavar="MODEL")
     for role, spec in FINETUNE_ROLES.items():
         model = roles.add_parser(role, help=spec.help, description=spec.help + ".")
@@ -130,6 +127,8 @@ def _finetune_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _bench_flags(parser: argparse.ArgumentParser) -> None:
+    from eval.bench.options import BenchOptions
+
     add_options(parser, BenchOptions)
 
 
@@ -184,27 +183,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from server import Services, create_app, serve
-
-    settings = settings_from_args(args)
-    services = Services.load(settings)
-    try:
-        # Only one process may open an embedded Qdrant folder: the API runs the worker then.
-        alongside = [in_process_worker(settings)] if settings.uses_embedded_qdrant else []
-        serve(create_app(settings, services=services, alongside=alongside), settings)
-    finally:
-        services.store.close()
+    run_stack(settings_from_args(args))
     return 0
-
-
-def in_process_worker(settings: Settings) -> Companion:
-    """The indexing worker as a companion of the API, on the API's models and store."""
-    from indexing import worker_thread
-
-    def companion(services: Services, jobs: JobStore) -> AbstractContextManager[object]:
-        return worker_thread(settings, services.embedder, services.store, jobs)
-
-    return companion
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -258,77 +238,36 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace) -> int:
-    from ragrank.store import EdgeStore
-    from ragrank.store.legacy import migrate
+    from ragrank.store import maintenance
 
     settings = settings_from_args(args)
+    progress = not args.no_progress
     if args.action == "add-sparse":
-        return _add_sparse(settings, [settings.collection], progress=not args.no_progress)
-    if not settings.uses_embedded_qdrant:
-        raise RagrankError(
-            "ragrank store migrate, optimize and info work on the embedded folder "
-            "(RAGRANK_QDRANT_PATH); a Qdrant server (RAGRANK_QDRANT_URL) migrates and optimizes "
-            "its collections itself"
+        _print_sparse(
+            settings,
+            maintenance.add_sparse_vectors(settings, [settings.collection], progress=progress),
         )
+        return 0
     if args.action == "migrate":
-        moved = migrate(
-            settings.qdrant_path,
-            lambda name: EdgeStore.from_settings(
-                settings.replace(collection=name), allow_legacy=True
-            ),
-            progress=not args.no_progress,
-        )
+        moved = maintenance.migrate_folder(settings, progress=progress)
         for item in moved:
             print(f"{item.collection}: {item.points} points ({item.dimension}-d) copied")
-        if settings.sparse != "none":
-            _add_sparse(
-                settings, [item.collection for item in moved], progress=not args.no_progress
-            )
         print(
             f"The earlier engine's files in {settings.qdrant_path} (meta.json, collection/) "
             f"are no longer read and may be deleted."
         )
         return 0
-    store = EdgeStore.from_settings(settings)
-    try:
-        if args.action == "optimize":
-            store.optimize()
-        print(
-            f"{store.collection}: {store.count()} points, {store.unindexed()} not yet in the "
-            f"HNSW index, in {store.path}"
-        )
-    finally:
-        store.close()
+    state = maintenance.shard_state(settings, optimize=args.action == "optimize")
+    print(
+        f"{state.collection}: {state.points} points, {state.unindexed} not yet in the "
+        f"HNSW index, in {state.path}"
+    )
     return 0
 
 
-def _add_sparse(settings: Settings, collections: Sequence[str], *, progress: bool) -> int:
-    """Give every point of each collection its BM25 vector, from its stored text."""
-    from tqdm import tqdm
-
-    from ragrank.sparse import sparse_encoder
-    from ragrank.store import open_store
-
-    encoder = sparse_encoder(settings)
-    if encoder is None:
-        raise RagrankError(
-            f"{env_name('sparse')}=none: choose the BM25 tokeniser to add (bm25 or subword)"
-        )
-    for collection in collections:
-        store = open_store(settings.replace(collection=collection))
-        try:
-            with tqdm(
-                total=store.count(),
-                desc=f"BM25 vectors of {collection}",
-                unit="point",
-                disable=not progress,
-            ) as bar:
-                done = store.add_sparse(encoder, progress=bar.update)
-            store.optimize()
-        finally:
-            store.close()
-        print(f"{collection}: BM25 sparse vectors on {done} points ({settings.sparse})")
-    return 0
+def _print_sparse(settings: Settings, done: dict[str, int]) -> None:
+    for collection, points in done.items():
+        print(f"{collection}: BM25 sparse vectors on {points} points ({settings.sparse})")
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -359,6 +298,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise RagrankError(
             f"ragrank eval needs the package {exc.name!r}: pip install 'ragrank[eval]'"
         ) from exc
+    from eval.options import EvalOptions, EvalTarget
     from ragrank.device import batch_limits, resolve_placement
 
     settings = settings_from_args(args)
@@ -393,18 +333,23 @@ def _finetune(args: argparse.Namespace) -> int:
         raise RagrankError(
             f"ragrank finetune needs the package {exc.name!r}: pip install 'ragrank[finetune]'"
         ) from exc
+    from eval.options import FinetuneOptions
+
     run(settings_from_args(args), options_from_args(FinetuneOptions, args))
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
     from eval.bench.load import run
+    from eval.bench.options import BenchOptions
 
     return run(options_from_args(BenchOptions, args))
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from server.demo import run_demo
+    from rich.console import Console
+
+    from server.demo import announce, demo_settings, show_demo
 
     if args.preset == "auto":
         import torch
@@ -412,7 +357,14 @@ def _demo(args: argparse.Namespace) -> int:
         args.preset = "default" if torch.cuda.is_available() else "small"
     if args.collection is None and "RAGRANK_COLLECTION" not in os.environ:
         args.collection = DEMO_COLLECTION
-    run_demo(settings_from_args(args), serve=not args.no_serve)
+    settings = demo_settings(settings_from_args(args))
+    console = Console()
+    started = announce(settings, console)
+    run_stack(
+        settings,
+        prepare=lambda services: show_demo(services, settings, console, started=started),
+        serve=not args.no_serve,
+    )
     return 0
 
 

@@ -1,0 +1,16 @@
+"""The composition root: the `ragrank` command, the one package that wires the front doors
+(`server`, `indexing`, `eval`) onto the core. Nothing imports it."""
+
+from __future__ import annotations
+
+from cli.main import build_parser, main, settings_from_args
+from cli.stack import in_process_worker, run_stack, stack_app
+
+__all__ = [
+    "build_parser",
+    "in_process_worker",
+    "main",
+    "run_stack",
+    "settings_from_args",
+    "stack_app",
+]
