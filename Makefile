@@ -3,12 +3,15 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CLIENTS_VENV ?= .venv-clients
+# Lint's own environment: every dependency but torch, which no check needs (mypy reads torch as
+# untyped, see pyproject.toml).
+LINT_VENV ?= .venv-lint
 TORCH_VERSION ?= 2.13.0
 # Where a CPU-only machine gets torch when no local wheel is found (avoids GBs of CUDA packages).
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity soak test test-clients test-slow lint stack-tools browser screenshot clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -81,9 +84,15 @@ bench-infinity: .venv-infinity/.installed ## install Infinity (the peer server) 
 	.venv-infinity/bin/pip install "infinity-emb[server,torch]"
 	touch $@
 
+# Two pytest workers (pytest-xdist): one per core of the 2-core machines CI runs on.
+TEST_WORKERS ?= 2
+
 test: setup $(CLIENTS_VENV)/.installed ## run the test suite (tiny models, no network), the client matrix too
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not slow"
 	$(CLIENTS_VENV)/bin/pytest tests/clients
+
+test-fast: setup ## the unit tests alone: no model files, no subprocess, no network
+	$(BIN)/pytest -n $(TEST_WORKERS) tests/unit
 
 test-clients: $(CLIENTS_VENV)/.installed ## the client matrix: LiteLLM, LangChain, LlamaIndex, Haystack against `ragrank serve`
 	$(CLIENTS_VENV)/bin/pytest tests/clients
@@ -98,12 +107,20 @@ $(CLIENTS_VENV)/.installed: pyproject.toml constraints-clients.txt | $(VENV)/.in
 test-slow: setup ## run the real-model and real-data tests too
 	$(BIN)/pytest
 
-lint: setup ## ruff, mypy --strict, the import layering (import-linter) and hadolint
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	$(BIN)/lint-imports
-	$(BIN)/hadolint Dockerfile
+lint: $(LINT_VENV)/.installed ## ruff, mypy --strict, the import layering (import-linter) and hadolint; no torch needed
+	$(LINT_VENV)/bin/ruff check .
+	$(LINT_VENV)/bin/ruff format --check .
+	$(LINT_VENV)/bin/mypy
+	$(LINT_VENV)/bin/lint-imports
+	$(LINT_VENV)/bin/hadolint Dockerfile
+
+$(LINT_VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/pip install -q -c constraints.txt uv
+	printf 'torch\n' > $(LINT_VENV)/without.txt
+	$(LINT_VENV)/bin/uv pip install --python $(LINT_VENV)/bin/python --excludes $(LINT_VENV)/without.txt \
+	  -c constraints.txt -e '.[dev,eval,finetune]'
+	touch $@
 
 stack-tools: ## fetch Docker Compose v2 and Caddy so `make test` validates the compose stack too
 	.ci/stack-tools
@@ -122,4 +139,4 @@ screenshot: setup browser ## retake docs/playground.png, the playground picture 
 	  tests/integration/test_playground.py -k screenshot
 
 clean: ## remove the virtualenv, caches and local data
-	rm -rf $(VENV) .venv-infinity $(CLIENTS_VENV) .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info
+	rm -rf $(VENV) .venv-infinity $(CLIENTS_VENV) $(LINT_VENV) .mypy_cache .ruff_cache .pytest_cache ragrank-data *.egg-info

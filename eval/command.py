@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eval.embedding_cache import model_fingerprint
-from eval.options import TOP_K, EvalOptions
 from eval.report import build_report, print_table, write_report
-from eval.suite import RERANKED, StoreFactory, evaluate_datasets
+from eval.suite import StoreFactory, evaluate_datasets
+from eval.systems import TOP_K, plan
 from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
@@ -24,6 +24,7 @@ from ragrank.store import EdgeStore, IndexTuning, Store, open_store, sparse_stam
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from eval.options import EvalOptions
     from ragrank.settings import Settings
 
 
@@ -45,7 +46,7 @@ def run_eval(
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
     embedder = SentenceTransformerEmbedder.from_settings(settings)
-    reranks = any(name in options.systems for name in RERANKED)
+    reranks = any(system.needs_reranker for system in plan(options.systems))
     scorer = CrossEncoderScorer.from_settings(settings) if reranks else None
     sparse = sparse_encoder(settings)
     baseline = (
@@ -68,7 +69,6 @@ def run_eval(
             sparse=sparse,
         )
     )
-    print_table(results)
     config = _config(settings, datasets, options, scorer is not None)
     config["sparse"] = {"encoder": settings.sparse, "recipe": sparse.recipe if sparse else None}
     if baseline is not None:
@@ -79,6 +79,7 @@ def run_eval(
             "baseline_passage_prefix": baseline.passage_prefix,
         }
     report = build_report(results, config)
+    print_table(report)
     for path in write_report(report, results, output):
         print(f"wrote {path}")
     return 0
@@ -120,7 +121,7 @@ def _config(
     placement = resolve_placement(settings.device, settings.dtype)
     return {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
-        "systems": ["cosine", *(s for s in options.systems if s != "cosine")],
+        "systems": [system.name for system in plan(options.systems)],
         "datasets": [str(path) for path in datasets],
         "top_k": TOP_K,
         "embed_model": settings.embed_model,

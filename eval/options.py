@@ -8,13 +8,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from eval.systems import DEFAULT_SYSTEMS, SYSTEMS, TOP_K, systems_help
 from ragrank.errors import SettingsError
 from ragrank.options import option
 from ragrank.settings import FUSIONS
 
-SYSTEMS = ("cosine", "reranked", "ann", "bm25", "hybrid", "hybrid-reranked")
-#: Depth of the first-stage run: Recall@100 and MAP@100 need 100 documents.
-TOP_K = 100
 #: Where corpus embeddings are kept between runs, keyed by model and corpus.
 EMBEDDING_CACHE = Path("ragrank-data/eval-cache")
 _NO_CACHE = ("--no-cache", "always embed the corpus")
@@ -44,12 +42,7 @@ class EvalTarget:
 class EvalOptions:
     """How `ragrank eval` runs: which systems, on which split, how deep."""
 
-    systems: tuple[str, ...] = option(
-        ("cosine", "reranked", "ann", "bm25", "hybrid"),
-        "runs, separated by commas or spaces: cosine (always run: the baseline), reranked "
-        "(cosine's top reranked), ann, bm25, hybrid, hybrid-reranked (hybrid's top reranked)",
-        choices=SYSTEMS,
-    )
+    systems: tuple[str, ...] = option(DEFAULT_SYSTEMS, systems_help(), choices=tuple(SYSTEMS))
     split: str = option("test", "qrels/<split>.tsv to use")
     candidates: int = option(100, "first-stage documents the cross-encoder reranks")
     limit_queries: int | None = option(

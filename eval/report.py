@@ -24,6 +24,7 @@ from eval.metrics import (
     STAT_TESTS,
     Comparison,
 )
+from eval.systems import BASELINE, SYSTEMS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -163,13 +164,15 @@ def macro_average(results: Sequence[DatasetResult]) -> dict[str, Any]:
     return macro
 
 
-def print_table(results: Sequence[DatasetResult], console: Console | None = None) -> None:
-    """NDCG@10 of each system per dataset with its oracle@K, then each system against
-    cosine."""
+def print_table(report: Mapping[str, Any], console: Console | None = None) -> None:
+    """The terminal's view of the JSON report: NDCG@10 of each system per dataset with its
+    oracle@K, then each system against cosine, then the notes."""
     # Piped output would otherwise be cut to 80 columns.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
-    systems = list(dict.fromkeys(name for result in results for name in result.scores))
-    depth = results[0].oracle_k if results else 0
+    datasets = report["datasets"]
+    macro = report["macro"]
+    systems = list(dict.fromkeys(name for d in datasets for name in d["systems"]))
+    depth = datasets[0]["oracle_k"] if datasets else 0
     table = Table(
         title=f"{HEADLINE.upper()} (oracle@{depth}: the best reordering of the top {depth})"
     )
@@ -177,13 +180,12 @@ def print_table(results: Sequence[DatasetResult], console: Console | None = None
     table.add_column("queries", justify="right")
     for name in systems:
         table.add_column(name, justify="right")
-    for result in results:
-        row = [result.name, str(len(result.queries))]
-        row += [_cell(result.scores, name, result.oracle) for name in systems]
+    for d in datasets:
+        row = [d["name"], str(d["evaluated_queries"])]
+        row += [_cell(d["systems"], name, d["oracle"]) for name in systems]
         table.add_row(*row)
-    if len(results) > 1:
-        macro = macro_average(results)
-        row = ["macro average", str(sum(len(r.queries) for r in results))]
+    if len(datasets) > 1:
+        row = ["macro average", str(sum(d["evaluated_queries"] for d in datasets))]
         row += [
             f"{macro[name][HEADLINE]:.4f}"
             + (f" ({macro['oracle'][name]:.3f})" if name in macro["oracle"] else "")
@@ -191,57 +193,60 @@ def print_table(results: Sequence[DatasetResult], console: Console | None = None
         ]
         table.add_row(*row, style="bold")
     console.print(table)
-    _print_against_cosine(results, console)
-    _print_notes(results, console)
+    _print_against_cosine(report, console)
+    _print_notes(report, console)
 
 
-def _print_against_cosine(results: Sequence[DatasetResult], console: Console) -> None:
-    compared = [(r, c) for r in results for c in r.comparisons if c.baseline == "cosine"]
-    if compared:
-        against = Table(title=f"{HEADLINE.upper()} against cosine")
-        for name in ("dataset", "system", "Δ [95 % CI]", "p (fisher)", "W/T/L"):
-            against.add_column(name, justify="left" if name in ("dataset", "system") else "right")
-        for result, c in compared:
-            low, high = c.delta_ci[HEADLINE]
-            against.add_row(
-                result.name,
-                c.challenger,
-                f"{c.delta[HEADLINE]:+.4f} [{low:+.3f}, {high:+.3f}]",
-                format_p(c.p_values["fisher"][HEADLINE]),
-                f"{c.wins}/{c.ties}/{c.losses}",
-            )
-        if len(results) > 1:
-            for name, delta in macro_average(results)["delta"].items():
-                if name != "cosine":
-                    against.add_row(
-                        "macro average",
-                        name,
-                        f"{delta[HEADLINE]:+.4f}",
-                        "",
-                        f"{delta['datasets_improved']} sets ↑",
-                        style="bold",
-                    )
-        console.print(against)
+def _print_against_cosine(report: Mapping[str, Any], console: Console) -> None:
+    datasets = report["datasets"]
+    compared = [(d, c) for d in datasets for c in d["comparisons"] if c["baseline"] == BASELINE]
+    if not compared:
+        return
+    against = Table(title=f"{HEADLINE.upper()} against cosine")
+    for name in ("dataset", "system", "Δ [95 % CI]", "p (fisher)", "W/T/L"):
+        against.add_column(name, justify="left" if name in ("dataset", "system") else "right")
+    for d, c in compared:
+        low, high = c["delta_ci"][HEADLINE]
+        against.add_row(
+            d["name"],
+            c["challenger"],
+            f"{c['delta'][HEADLINE]:+.4f} [{low:+.3f}, {high:+.3f}]",
+            format_p(c["p_values"]["fisher"][HEADLINE]),
+            f"{c['wins']}/{c['ties']}/{c['losses']}",
+        )
+    if len(datasets) > 1:
+        for name, delta in report["macro"]["delta"].items():
+            if name != BASELINE:
+                against.add_row(
+                    "macro average",
+                    name,
+                    f"{delta[HEADLINE]:+.4f}",
+                    "",
+                    f"{delta['datasets_improved']} sets ↑",
+                    style="bold",
+                )
+    console.print(against)
 
 
-def _print_notes(results: Sequence[DatasetResult], console: Console) -> None:
+def _print_notes(report: Mapping[str, Any], console: Console) -> None:
     """The embedder against its baseline, and ANN recall."""
-    for result in results:
-        for c in result.comparisons:
-            if c.challenger != "cosine":
+    for d in report["datasets"]:
+        for c in d["comparisons"]:
+            if c["challenger"] != BASELINE:
                 continue
-            low, high = c.delta_ci[HEADLINE]
+            low, high = c["delta_ci"][HEADLINE]
             console.print(
-                f"{result.name}: {HEADLINE} of cosine against {c.baseline} (the baseline "
-                f"embedder): {_cell(result.scores, 'cosine')} vs "
-                f"{_cell(result.scores, c.baseline)}, Δ {c.delta[HEADLINE]:+.4f} "
-                f"[{low:+.3f}, {high:+.3f}], p (fisher) {format_p(c.p_values['fisher'][HEADLINE])}"
-                f", W/T/L {c.wins}/{c.ties}/{c.losses}"
+                f"{d['name']}: {HEADLINE} of cosine against {c['baseline']} (the baseline "
+                f"embedder): {_cell(d['systems'], BASELINE)} vs "
+                f"{_cell(d['systems'], c['baseline'])}, Δ {c['delta'][HEADLINE]:+.4f} "
+                f"[{low:+.3f}, {high:+.3f}], p (fisher) "
+                f"{format_p(c['p_values']['fisher'][HEADLINE])}"
+                f", W/T/L {c['wins']}/{c['ties']}/{c['losses']}"
             )
-        if result.ann_recall:
+        if d["ann_recall_vs_exact"]:
             console.print(
-                f"{result.name}: Qdrant's top-k against the exact top-k: "
-                + ", ".join(f"{k} {v:.4f}" for k, v in result.ann_recall.items())
+                f"{d['name']}: Qdrant's top-k against the exact top-k: "
+                + ", ".join(f"{k} {v:.4f}" for k, v in d["ann_recall_vs_exact"].items())
             )
 
 
@@ -250,10 +255,11 @@ def format_p(p: float) -> str:
     return f"{p:.4f}" if p >= 1e-4 else "< 0.0001"
 
 
-def _cell(scores: Mapping[str, Any], name: str, oracle: Mapping[str, float] | None = None) -> str:
-    if name not in scores:
+def _cell(systems: Mapping[str, Any], name: str, oracle: Mapping[str, float] | None = None) -> str:
+    """A system's headline in a report's dataset, with its oracle@K when given."""
+    if name not in systems:
         return "–"
-    cell = f"{scores[name].means[HEADLINE]:.4f}"
+    cell = f"{systems[name]['metrics'][HEADLINE]:.4f}"
     if oracle and name in oracle:
         cell += f" ({oracle[name]:.3f})"
     return cell
@@ -394,32 +400,23 @@ def _markdown_rest(report: Mapping[str, Any], plots: Sequence[str], lines: list[
                 + " |"
             )
     lines += ["", "## Time", ""]
+    timed = [system.timing_key for system in SYSTEMS.values()]
+    labels = [key.removesuffix("_ms_per_query").replace("_", "-") for key in timed]
     lines += [
-        "| dataset | corpus encode s | BM25 encode s | embed ms/query | retrieval ms/query "
-        "| rerank ms/query | ann ms/query | bm25 ms/query | hybrid ms/query "
-        "| hybrid-reranked ms/query |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| dataset | corpus encode s | BM25 encode s | embed ms/query | "
+        + " | ".join(f"{label} ms/query" for label in labels)
+        + " |",
+        "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in labels) + " |",
     ]
     for d in datasets:
         t = d["timings"]
         encode = f"{t['corpus_encode_s']:.1f}" + (" (cached)" if t.get("corpus_cached") else "")
-        cells = [
-            f"{t[k]:.1f}" if k in t else "–"
-            for k in (
-                "sparse_encode_s",
-                "embed_ms_per_query",
-                "retrieval_ms_per_query",
-                "rerank_ms_per_query",
-                "ann_ms_per_query",
-                "bm25_ms_per_query",
-                "hybrid_ms_per_query",
-                "hybrid_reranked_ms_per_query",
-            )
-        ]
+        keys = ("sparse_encode_s", "embed_ms_per_query", *timed)
+        cells = [f"{t[k]:.1f}" if k in t else "–" for k in keys]
         lines.append(f"| {d['name']} | {encode} | " + " | ".join(cells) + " |")
     for d in datasets:
-        for challenger in ("reranked", "hybrid", "hybrid-reranked"):
-            if challenger in d["systems"]:
+        for challenger, system in SYSTEMS.items():
+            if system.extremes and challenger in d["systems"]:
                 lines += _extremes(d, challenger)
     lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
     lines += ["", "## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]

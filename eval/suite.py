@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,33 +17,23 @@ from tqdm import tqdm
 from eval.embedding_cache import EmbeddingCache, cache_key
 from eval.exact import ExactIndex
 from eval.metrics import Comparison, SystemScores, compare, oracle_ndcg, score_run
-from eval.options import TOP_K, EvalOptions
-from eval.runs import (
-    exact_run,
-    index_corpus,
-    overlap_recall,
-    rerank_run,
-    store_run,
-)
+from eval.runs import exact_run, index_corpus, overlap_recall
+from eval.systems import BASELINE, TOP_K, System, SystemInputs, plan
 from ragrank.beir import BeirDataset, load_beir
 from ragrank.errors import DocumentError, SettingsError
-from ragrank.store import Fusion, Store
+from ragrank.store import Store
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from eval.metrics import Run
+    from eval.options import EvalOptions
     from ragrank.beir import Qrels
     from ragrank.protocols import Embedder, Scorer, Vectors
     from ragrank.sparse import SparseEncoder
 
 log = logging.getLogger(__name__)
 
-#: The systems computed through Qdrant, and those of them that need BM25 vectors.
-STORE_SYSTEMS = ("ann", "bm25", "hybrid", "hybrid-reranked")
-SPARSE_SYSTEMS = ("bm25", "hybrid", "hybrid-reranked")
-#: Each reranked system and the first stage it reorders.
-RERANKED = {"reranked": "cosine", "hybrid-reranked": "hybrid"}
 #: The first stage of `--baseline-embed-model`: the model the evaluated embedder is compared
 #: against (e.g. the one it was fine-tuned from).
 BASELINE_COSINE = "cosine-baseline"
@@ -115,36 +105,29 @@ def evaluate_dataset(
     query_vectors = embedder.embed_queries(list(queries.values()))
     timings["embed_ms_per_query"] = _per_query_ms(start, len(queries))
 
-    index = ExactIndex(vectors)
-    start = time.perf_counter()
-    runs: dict[str, Run] = {
-        "cosine": exact_run(index, list(queries), query_vectors, doc_ids, TOP_K)
-    }
-    timings["retrieval_ms_per_query"] = _per_query_ms(start, len(queries))
-    timings["faiss_gpu"] = float(index.gpu)
+    systems = plan(options.systems)
+    inputs = SystemInputs(
+        queries=queries,
+        query_vectors=query_vectors,
+        doc_ids=doc_ids,
+        passages=passages,
+        index=ExactIndex(vectors),
+        options=options,
+        scorer=scorer,
+        timings=timings,
+    )
+    timings["faiss_gpu"] = float(inputs.index.gpu)
+    with _store_for(
+        systems, dataset, key, open_store=open_store, inputs=inputs, sparse=sparse, vectors=vectors
+    ) as store:
+        inputs.store = store
+        runs = _run_systems(systems, inputs)
     if baseline_embedder is not None:
         runs[BASELINE_COSINE] = _cosine_run(baseline_embedder, dataset, queries, options)
-
-    if any(name in options.systems for name in STORE_SYSTEMS):
-        if open_store is None:
-            raise ValueError("the ann, bm25 and hybrid systems need a Qdrant store")
-        with open_store(dataset.name, key) as store:
-            runs |= _store_runs(
-                store,
-                dataset,
-                queries=queries,
-                vectors=vectors,
-                query_vectors=query_vectors,
-                sparse=sparse,
-                options=options,
-                timings=timings,
-            )
-        if "ann" in runs:
-            result.ann_recall = {
-                f"recall@{k}": overlap_recall(runs["ann"], runs["cosine"], k) for k in (10, TOP_K)
-            }
-
-    runs |= _reranked_runs(scorer, queries, runs, passages, options=options, timings=timings)
+    if "ann" in runs:
+        result.ann_recall = {
+            f"recall@{k}": overlap_recall(runs["ann"], runs[BASELINE], k) for k in (10, TOP_K)
+        }
     _score(result, qrels, runs, options)
     return result
 
@@ -165,37 +148,16 @@ def _cosine_run(
     return exact_run(ExactIndex(vectors), list(queries), query_vectors, doc_ids, TOP_K)
 
 
-def _reranked_runs(
-    scorer: Scorer | None,
-    queries: Mapping[str, str],
-    runs: Mapping[str, Run],
-    passages: Mapping[str, str],
-    *,
-    options: EvalOptions,
-    timings: dict[str, float],
-) -> dict[str, Run]:
-    """Each reranked system asked for: the cross-encoder over its first stage's top."""
-    reranked: dict[str, Run] = {}
-    for name, first_stage in RERANKED.items():
-        if name not in options.systems:
-            continue
-        if scorer is None:
-            raise ValueError(f"the {name} system needs a reranking model")
+def _run_systems(systems: Sequence[System], inputs: SystemInputs) -> dict[str, Run]:
+    """Each system in turn, after the first stage it reorders; each one's milliseconds per
+    query go into the timings under its own key."""
+    runs: dict[str, Run] = {}
+    inputs.runs = runs
+    for system in systems:
         start = time.perf_counter()
-        reranked[name], pairs = rerank_run(
-            scorer,
-            queries,
-            runs[first_stage],
-            passages,
-            candidates=options.candidates,
-            batch_size=options.rerank_batch_size,
-            batch_tokens=options.rerank_batch_tokens,
-            progress=options.progress,
-        )
-        label = "rerank" if name == "reranked" else name.replace("-", "_")
-        timings[f"{label}_ms_per_query"] = _per_query_ms(start, len(queries))
-        timings[f"{label}_pairs_per_s"] = pairs / max(time.perf_counter() - start, 1e-9)
-    return reranked
+        runs[system.name] = system.run(system, inputs)
+        inputs.timings[system.timing_key] = _per_query_ms(start, len(inputs.queries))
+    return runs
 
 
 def _score(
@@ -225,48 +187,36 @@ def _score(
         )
 
 
-def _store_runs(
-    store: Store,
+@contextmanager
+def _store_for(
+    systems: Sequence[System],
     dataset: BeirDataset,
+    key: str,
     *,
-    queries: Mapping[str, str],
-    vectors: Vectors,
-    query_vectors: Vectors,
+    open_store: StoreFactory | None,
+    inputs: SystemInputs,
     sparse: SparseEncoder | None,
-    options: EvalOptions,
-    timings: dict[str, float],
-) -> dict[str, dict[str, dict[str, float]]]:
-    """The systems searched in Qdrant: the corpus is indexed once (with BM25 vectors when a
-    system needs them), then each system's queries run as the server's would."""
-    lexical = any(name in options.systems for name in SPARSE_SYSTEMS)
+    vectors: Vectors,
+) -> Iterator[Store | None]:
+    """The Qdrant collection of the corpus, when a system searches one: indexed once, with
+    BM25 vectors when a system needs them, as the server's would be; `None` otherwise."""
+    if not any(system.needs_store for system in systems):
+        yield None
+        return
+    if open_store is None:
+        raise ValueError("the ann, bm25 and hybrid systems need a Qdrant store")
+    lexical = any(system.needs_sparse for system in systems)
     if lexical and sparse is None:
         raise SettingsError("the bm25 and hybrid systems need BM25 vectors (RAGRANK_SPARSE)")
     documents = list(dataset.corpus.values())
     start = time.perf_counter()
     corpus_sparse = sparse.documents([d.passage for d in documents]) if lexical and sparse else None
-    timings["sparse_encode_s"] = time.perf_counter() - start
-    index_corpus(store, documents, vectors, corpus_sparse, progress=options.progress)
-    query_ids = list(queries)
-    query_sparse = [sparse.query(text) for text in queries.values()] if lexical and sparse else []
-    fusion = Fusion(
-        options.fusion, options.rrf_k, options.rrf_dense_weight, options.rrf_sparse_weight
-    )
-    searches = {
-        "ann": {"dense": query_vectors},
-        "bm25": {"sparse": query_sparse},
-        "hybrid": {"dense": query_vectors, "sparse": query_sparse, "fusion": fusion},
-    }
-    runs = {}
-    for name, arguments in searches.items():
-        wanted = name in options.systems or (
-            name == "hybrid" and "hybrid-reranked" in options.systems
-        )
-        if not wanted:
-            continue
-        start = time.perf_counter()
-        runs[name] = store_run(store, query_ids, TOP_K, **arguments)  # type: ignore[arg-type]
-        timings[f"{name}_ms_per_query"] = _per_query_ms(start, len(queries))
-    return runs
+    inputs.timings["sparse_encode_s"] = time.perf_counter() - start
+    if lexical and sparse:
+        inputs.query_sparse = [sparse.query(text) for text in inputs.queries.values()]
+    with open_store(dataset.name, key) as store:
+        index_corpus(store, documents, vectors, corpus_sparse, progress=inputs.options.progress)
+        yield store
 
 
 def corpus_key(embedder: Embedder, dataset: BeirDataset) -> str:

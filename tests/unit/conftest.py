@@ -3,6 +3,7 @@ either belongs in tests/integration, and this guard says so."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 import pytest
@@ -11,10 +12,8 @@ import transformers
 
 # matplotlib builds its font cache on first import by running fc-list: let it, here, before any
 # test's guard is in place, so that the first plotting test on a fresh machine is not refused.
-try:
+with contextlib.suppress(ImportError):  # without the eval extra there is no matplotlib
     import matplotlib.font_manager  # noqa: F401
-except ImportError:  # the eval extra is not installed
-    pass
 
 #: What reads or writes a model or tokenizer folder.
 LOADERS = (

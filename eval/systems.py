@@ -1,0 +1,218 @@
+"""The retrieval systems `ragrank eval` can run, one registered object each: its name, the first
+stage it reorders, what it needs (a Qdrant store, BM25 vectors, the reranker) and how it runs.
+The options, the suite, the command and the reports all read `SYSTEMS`; a new system is one
+entry here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from eval.exact import ExactIndex
+    from eval.metrics import Run
+    from ragrank.protocols import Scorer, Vectors
+    from ragrank.sparse import SparseVector
+    from ragrank.store import Store
+
+#: Depth of the first-stage run: Recall@100 and MAP@100 need 100 documents.
+TOP_K = 100
+#: The system every other is compared against; always run.
+BASELINE = "cosine"
+
+
+class RunOptions(Protocol):
+    """The options a system's run reads (`eval.options.EvalOptions` has them all)."""
+
+    @property
+    def candidates(self) -> int: ...
+    @property
+    def rerank_batch_size(self) -> int: ...
+    @property
+    def rerank_batch_tokens(self) -> int: ...
+    @property
+    def progress(self) -> bool: ...
+    @property
+    def fusion(self) -> str: ...
+    @property
+    def rrf_k(self) -> int: ...
+    @property
+    def rrf_dense_weight(self) -> float: ...
+    @property
+    def rrf_sparse_weight(self) -> float: ...
+
+
+@dataclass
+class SystemInputs:
+    """What a system's run reads: one dataset's queries and vectors, the runs made before it,
+    and what the suite opened for the systems that need it."""
+
+    queries: Mapping[str, str]
+    query_vectors: Vectors
+    doc_ids: Sequence[str]
+    passages: Mapping[str, str]
+    index: ExactIndex
+    options: RunOptions
+    runs: Mapping[str, Run] = field(default_factory=dict)
+    store: Store | None = None
+    query_sparse: Sequence[SparseVector] = ()
+    scorer: Scorer | None = None
+    #: Timings beyond the suite's per-query milliseconds (a reranker's pairs/s).
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class System:
+    """One retrieval system of the eval."""
+
+    name: str
+    help: str
+    run: Callable[[System, SystemInputs], Run]
+    #: The system whose top `--candidates` this one reorders.
+    first_stage: str | None = None
+    needs_store: bool = False
+    needs_sparse: bool = False
+    needs_reranker: bool = False
+    #: Run when `--systems` is not given.
+    default: bool = True
+    #: The report's timing key: `<timing>_ms_per_query`.
+    timing: str = ""
+    #: The report lists its largest per-query wins and losses against the baseline.
+    extremes: bool = True
+
+    @property
+    def timing_key(self) -> str:
+        return f"{self.timing or self.name.replace('-', '_')}_ms_per_query"
+
+
+def _cosine(system: System, inputs: SystemInputs) -> Run:
+    from eval.runs import exact_run
+
+    query_ids = list(inputs.queries)
+    return exact_run(inputs.index, query_ids, inputs.query_vectors, inputs.doc_ids, TOP_K)
+
+
+def _searched(dense: bool, sparse: bool) -> Callable[[System, SystemInputs], Run]:
+    """Qdrant's own search, as the server's first stage runs it: dense through the HNSW graph,
+    BM25, or both fused in one Query API call."""
+
+    def run(system: System, inputs: SystemInputs) -> Run:
+        from eval.runs import store_run
+        from ragrank.store import Fusion
+
+        if inputs.store is None:
+            raise ValueError(f"the {system.name} system needs a Qdrant store")
+        options = inputs.options
+        fusion = Fusion(
+            options.fusion, options.rrf_k, options.rrf_dense_weight, options.rrf_sparse_weight
+        )
+        return store_run(
+            inputs.store,
+            list(inputs.queries),
+            TOP_K,
+            dense=inputs.query_vectors if dense else None,
+            sparse=inputs.query_sparse if sparse else None,
+            fusion=fusion if dense and sparse else None,
+        )
+
+    return run
+
+
+def _reranked(system: System, inputs: SystemInputs) -> Run:
+    """The cross-encoder over the first stage's top `--candidates`."""
+    import time
+
+    from eval.runs import rerank_run
+
+    if inputs.scorer is None:
+        raise ValueError(f"the {system.name} system needs a reranking model")
+    if system.first_stage is None:
+        raise ValueError(f"the {system.name} system names no first stage")
+    options = inputs.options
+    start = time.perf_counter()
+    run, pairs = rerank_run(
+        inputs.scorer,
+        inputs.queries,
+        inputs.runs[system.first_stage],
+        inputs.passages,
+        candidates=options.candidates,
+        batch_size=options.rerank_batch_size,
+        batch_tokens=options.rerank_batch_tokens,
+        progress=options.progress,
+    )
+    label = system.timing_key.removesuffix("_ms_per_query")
+    inputs.timings[f"{label}_pairs_per_s"] = pairs / max(time.perf_counter() - start, 1e-9)
+    return run
+
+
+#: Every system, each after the first stage it reorders.
+SYSTEMS: dict[str, System] = {
+    system.name: system
+    for system in (
+        System(
+            BASELINE,
+            "exact cosine top-100 (faiss); always run: the baseline",
+            _cosine,
+            timing="retrieval",
+            extremes=False,
+        ),
+        System(
+            "ann",
+            "Qdrant's dense search through its HNSW graph",
+            _searched(dense=True, sparse=False),
+            needs_store=True,
+            extremes=False,  # the HNSW graph's approximation of cosine
+        ),
+        System(
+            "bm25",
+            "Qdrant's BM25 search",
+            _searched(dense=False, sparse=True),
+            needs_store=True,
+            needs_sparse=True,
+        ),
+        System(
+            "hybrid",
+            "dense and BM25 fused by Qdrant (--fusion)",
+            _searched(dense=True, sparse=True),
+            needs_store=True,
+            needs_sparse=True,
+        ),
+        System(
+            "reranked",
+            "cosine's top reranked",
+            _reranked,
+            first_stage=BASELINE,
+            needs_reranker=True,
+            timing="rerank",
+        ),
+        System(
+            "hybrid-reranked",
+            "hybrid's top reranked",
+            _reranked,
+            first_stage="hybrid",
+            needs_reranker=True,
+            default=False,
+        ),
+    )
+}
+DEFAULT_SYSTEMS = tuple(name for name, system in SYSTEMS.items() if system.default)
+
+
+def plan(chosen: Sequence[str]) -> list[System]:
+    """The systems to run for `chosen`, in registry order: the baseline, each chosen one, and
+    the first stage of each that reorders one."""
+    wanted = {BASELINE, *chosen}
+    for name in list(wanted):
+        stage = SYSTEMS[name].first_stage
+        while stage is not None:
+            wanted.add(stage)
+            stage = SYSTEMS[stage].first_stage
+    return [system for name, system in SYSTEMS.items() if name in wanted]
+
+
+def systems_help() -> str:
+    """The `--systems` help, from the registry."""
+    listed = ", ".join(f"{name} ({system.help})" for name, system in SYSTEMS.items())
+    return f"runs, separated by commas or spaces: {listed}"
