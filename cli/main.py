@@ -18,7 +18,7 @@ from cli.stack import run_stack
 from ragrank import __version__
 from ragrank.errors import RagrankError
 from ragrank.logs import configure_logging
-from ragrank.options import add_options, options_from_args
+from ragrank.options import add_options, add_setting_flags, options_from_args, settings_overrides
 from ragrank.settings import PRESETS, Settings
 
 if TYPE_CHECKING:
@@ -75,11 +75,7 @@ def _serve_flags(parser: argparse.ArgumentParser) -> None:
 def _index_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", type=Path, help="a .jsonl/.jsonl.gz file or a folder")
     _add_common(parser)
-    parser.add_argument("--chunk-tokens", type=int, help="tokens per chunk (RAGRANK_CHUNK_TOKENS)")
-    parser.add_argument("--chunk-overlap", type=int, help="tokens shared by neighbouring chunks")
-    parser.add_argument(
-        "--batch-size", dest="index_batch_size", type=int, help="chunks embedded per batch"
-    )
+    add_setting_flags(parser.add_argument_group("chunking"), "index")
     parser.add_argument(
         "--delete-missing",
         action="store_true",
@@ -90,8 +86,7 @@ def _index_flags(parser: argparse.ArgumentParser) -> None:
 
 def _worker_flags(parser: argparse.ArgumentParser) -> None:
     _add_common(parser)
-    parser.add_argument("--jobs-path", type=Path, help="the job queue (RAGRANK_JOBS_PATH)")
-    parser.add_argument("--watch", help="comma-separated folders to sync (RAGRANK_WATCH)")
+    add_setting_flags(parser.add_argument_group("jobs"), "worker")
 
 
 def _demo_flags(parser: argparse.ArgumentParser) -> None:
@@ -148,38 +143,16 @@ def _add_common(parser: argparse.ArgumentParser, preset_default: str | None = No
         + "; ".join(f"{name} = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items())
         + ". Explicit RAGRANK_EMBED_MODEL/RAGRANK_RERANK_MODEL still win.",
     )
-    group.add_argument("--embed-model", help="hub id or local folder (RAGRANK_EMBED_MODEL)")
-    group.add_argument("--rerank-model", help="hub id or local folder (RAGRANK_RERANK_MODEL)")
-    group.add_argument("--qdrant-path", type=Path, help="embedded Qdrant folder")
-    group.add_argument("--qdrant-url", help="a Qdrant server, e.g. http://localhost:6333")
-    group.add_argument("--collection", help="Qdrant collection name")
-    group.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    add_setting_flags(group, "models")
 
 
 def _add_listen(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", help="interface to listen on (RAGRANK_HOST, 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port to listen on (RAGRANK_PORT, 8000)")
+    add_setting_flags(parser.add_argument_group("listening"), "listen")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Environment first, then every flag the user gave."""
-    names = (
-        "embed_model",
-        "rerank_model",
-        "qdrant_path",
-        "qdrant_url",
-        "collection",
-        "device",
-        "host",
-        "port",
-        "chunk_tokens",
-        "chunk_overlap",
-        "index_batch_size",
-        "jobs_path",
-        "watch",
-    )
-    flags = {name: getattr(args, name, None) for name in names}
-    return Settings.from_env(preset=getattr(args, "preset", None), **flags)
+    return Settings.from_env(preset=getattr(args, "preset", None), **settings_overrides(args))
 
 
 def _serve(args: argparse.Namespace) -> int:

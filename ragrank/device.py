@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ragrank.errors import SettingsError
+from ragrank.settings import DTYPES
 
 if TYPE_CHECKING:
     import torch
 
-_DTYPES = ("float32", "float16", "bfloat16")
 #: oneDNN's variable: how many compiled CPU kernels (primitives) it keeps, one per input shape.
 ONEDNN_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 
@@ -37,8 +37,8 @@ def resolve_placement(device: str = "auto", dtype: str = "auto") -> Placement:
             return Placement(device, torch.float32)
         half = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return Placement(device, half)
-    if dtype not in _DTYPES:
-        raise SettingsError(f"RAGRANK_DTYPE must be one of auto, {', '.join(_DTYPES)}")
+    if dtype not in DTYPES:
+        raise SettingsError(f"RAGRANK_DTYPE must be one of {', '.join(DTYPES)}")
     return Placement(device, getattr(torch, dtype))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ragrank.errors import SettingsError
-from ragrank.settings import Settings, env_name
+from ragrank.settings import FlagGroup, Settings, env_name
 
 if typing.TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -116,6 +116,46 @@ def options_from_args(
         if value is not _UNSET:
             values[field.name] = value
     return options(**values)
+
+
+def setting_fields(group: FlagGroup) -> list[dataclasses.Field[Any]]:
+    """The settings whose flag belongs to `group`, in declaration order."""
+    return [f for f in dataclasses.fields(Settings) if f.metadata.get("flags") == group]
+
+
+def setting_flag(field: dataclasses.Field[Any]) -> str:
+    """The flag of a settings field: its own, or `--field-name`."""
+    given: str | None = field.metadata.get("flag")
+    return given or "--" + field.name.replace("_", "-")
+
+
+def add_setting_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, group: FlagGroup
+) -> None:
+    """One flag per setting of `group`, its type, choices and help read off the field; absent,
+    it leaves the environment's value (`settings_overrides`)."""
+    hints = typing.get_type_hints(Settings)
+    for field in setting_fields(group):
+        kind = _unwrap_optional(hints[field.name])
+        spec: dict[str, Any] = {"dest": field.name, "default": None}
+        if typing.get_origin(kind) is Literal:
+            spec["choices"] = typing.get_args(kind)
+        else:
+            spec["type"] = _converter(kind)
+        doc = str(field.metadata["doc"]).split(";")[0].replace("`", "")
+        spec["help"] = f"{doc} ({env_name(field.name)})"
+        parser.add_argument(setting_flag(field), **spec)
+
+
+def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Every settings flag the command has and the user gave, by field name."""
+    given = {}
+    for field in dataclasses.fields(Settings):
+        if field.metadata.get("flags") is not None:
+            value = getattr(args, field.name, None)
+            if value is not None:
+                given[field.name] = value
+    return given
 
 
 def parse_options(

@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 #: The attention implementation ragrank's models run with: varlen when a batch is packed,
 #: transformers' SDPA otherwise.
 ATTENTION = "ragrank_varlen"
-#: How packed attention runs: flash-attn's varlen kernel, torch's own (CUDA), or one SDPA call
-#: per sequence (any device).
-VARLEN_BACKENDS = ("auto", "flash-attn", "torch", "sdpa")
 #: Model types whose embeddings and layers the packed forward knows, and the first position
 #: id of each (XLM-R counts from padding_idx + 1).
 FAMILIES = ("bert", "xlm-roberta", "roberta")

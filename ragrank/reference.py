@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import typing
 from pathlib import Path
+from typing import Any
 
-from ragrank.settings import ENV_PREFIX, PRESETS, Settings, env_name, shown_default
+from ragrank.options import setting_flag
+from ragrank.settings import (
+    ENV_PREFIX,
+    PRESETS,
+    Settings,
+    bounds,
+    choices_of,
+    env_name,
+    range_text,
+    shown_default,
+)
 
 #: Where `make docs` writes the reference, relative to the repository.
 REFERENCE = Path("docs/configuration.md")
@@ -22,8 +34,8 @@ message naming the variable.
 
 This page is generated from `ragrank/settings.py` by `make docs`.
 
-| variable | default | meaning |
-| --- | --- | --- |
+| variable | default | allowed | meaning |
+| --- | --- | --- | --- |
 """
 
 
@@ -33,13 +45,29 @@ def render() -> str:
         f"`{name}` = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items()
     )
     rows = [
-        f"| `{ENV_PREFIX}PRESET` | none | sets both models: {presets} (an explicit model "
-        "variable still wins) |"
+        f"| `{ENV_PREFIX}PRESET` | none | {', '.join(f'`{name}`' for name in PRESETS)} | sets "
+        f"both models: {presets} (an explicit model variable still wins) |"
     ]
+    hints = typing.get_type_hints(Settings)
     for field in dataclasses.fields(Settings):
         doc = str(field.metadata.get("doc", "")).replace("|", "\\|")
-        rows.append(f"| `{env_name(field.name)}` | {shown_default(field)} | {doc} |")
+        rows.append(
+            f"| `{env_name(field.name)}` | {shown_default(field)} | "
+            f"{_allowed(field, hints[field.name])} | {doc} |"
+        )
     return _INTRO + "\n".join(rows) + "\n"
+
+
+def _allowed(field: dataclasses.Field[Any], kind: Any) -> str:
+    """The field's choices or range, and its flag, as declared on it."""
+    parts = []
+    if choices := choices_of(kind):
+        parts.append(", ".join(f"`{choice}`" for choice in choices))
+    if text := range_text(*bounds(field)):
+        parts.append(text)
+    if field.metadata.get("flags"):
+        parts.append(f"flag `{setting_flag(field)}`")
+    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

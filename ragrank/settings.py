@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ragrank.errors import SettingsError
 from ragrank.ids import collection_problem
@@ -18,37 +19,34 @@ if typing.TYPE_CHECKING:
 
 ENV_PREFIX = "RAGRANK_"
 
+# The choices of each enumerated setting, once: the field's type, and the tuple other modules
+# read (the batching engine, the packed forward, the device, the eval's options).
 #: The batching policies of `server/batching.py`.
-BATCHINGS = ("sorted", "arrival", "request")
+Batching = Literal["sorted", "arrival", "request"]
 #: `auto` writes JSON lines unless stderr is a terminal (see `ragrank/logs.py`).
-LOG_FORMATS = ("auto", "json", "text")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LogFormat = Literal["auto", "json", "text"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 #: The sparse (BM25) tokenisers of `ragrank/sparse.py`, and `none` for dense vectors only.
-SPARSE_KINDS = ("bm25", "subword", "none")
+SparseKind = Literal["bm25", "subword", "none"]
 #: What the first stage retrieves with, and how hybrid retrieval fuses its two lists.
-RETRIEVALS = ("dense", "sparse", "hybrid")
-FUSIONS = ("rrf", "dbsf")
+Retrieval = Literal["dense", "sparse", "hybrid"]
+FusionKind = Literal["rrf", "dbsf"]
+#: The floating-point type of the models' forward passes.
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+#: How packed attention runs (`ragrank/packing.py`).
+VarlenAttention = Literal["auto", "flash-attn", "torch", "sdpa"]
+Packed = Literal["auto", "on", "off"]
+RerankBackend = Literal["torch", "int8"]
+Switch = Literal["on", "off"]
 
-#: The request limits and the most each may be set to (the OpenAPI schema's hard bounds).
-LIMIT_CEILINGS = {
-    "max_query_chars": 20_000,
-    "max_top_k": 1_000,
-    "max_candidates": 5_000,
-    "max_rerank_documents": 10_000,
-    "max_document_chars": 1_000_000,
-    "max_embed_inputs": 20_480,
-    "max_ingest_documents": 10_000,
-    "max_ingest_document_chars": 10_000_000,
-    "max_json_depth": 256,
-    "max_json_values": 10_000_000,
-    "max_json_items": 100_000,
-    "max_json_keys": 10_000,
-    "max_json_string_chars": 10_000_000,
-}
-#: The least each limit may be set to, where 1 is not enough: a request that leaves out top_k
-#: or candidates gets their defaults (10, 50); a document with metadata nests four levels deep
-#: (body, `documents`, the document, `metadata`); a search request has 11 fields.
-LIMIT_FLOORS = {"max_top_k": 10, "max_candidates": 50, "max_json_depth": 4, "max_json_keys": 16}
+BATCHINGS: tuple[Batching, ...] = typing.get_args(Batching)
+LOG_FORMATS: tuple[LogFormat, ...] = typing.get_args(LogFormat)
+LOG_LEVELS: tuple[LogLevel, ...] = typing.get_args(LogLevel)
+SPARSE_KINDS: tuple[SparseKind, ...] = typing.get_args(SparseKind)
+RETRIEVALS: tuple[Retrieval, ...] = typing.get_args(Retrieval)
+FUSIONS: tuple[FusionKind, ...] = typing.get_args(FusionKind)
+DTYPES: tuple[Dtype, ...] = typing.get_args(Dtype)
+VARLEN_BACKENDS: tuple[VarlenAttention, ...] = typing.get_args(VarlenAttention)
 #: The structural limits of any JSON body, and the route limits each must hold.
 BODY_LIMITS_HOLD = {
     "max_json_items": ("max_rerank_documents", "max_embed_inputs", "max_ingest_documents"),
@@ -86,19 +84,66 @@ def default_prefixes(embed_model: str) -> tuple[str, str]:
     return "", ""
 
 
+#: The groups of command-line flags a setting can belong to (`cli/main.py` says which
+#: commands offer each group).
+FlagGroup = Literal["models", "listen", "index", "worker"]
+
+
 def setting(
     default: Any,
     doc: str,
     *,
+    ge: float | None = None,
+    le: float | None = None,
+    flags: FlagGroup | None = None,
+    flag: str | None = None,
     shown: str | None = None,
     empty_is_value: bool = False,
     secret: bool = False,
 ) -> Any:
-    """A settings field with its documentation: `doc` says what it does, `shown` how its
-    default reads when the value alone would mislead (e.g. `0` meaning "per device").
-    `docs/configuration.md` is generated from these (`make docs`)."""
-    metadata = {"doc": doc, "shown": shown, "empty_is_value": empty_is_value}
+    """A settings field, declared once: `doc` says what it does; `ge` and `le` bound it (a
+    `Literal` type gives its choices); `flags` names the group of commands whose flag sets it
+    (`flag`, when not `--field-name`); `shown` says how its default reads when the value alone
+    would mislead (e.g. `0` meaning "per device"). Validation, the flags, `docs/configuration.md`
+    (`make docs`) and the OpenAPI schema's ceilings all read these."""
+    metadata = {
+        "doc": doc,
+        "ge": ge,
+        "le": le,
+        "flags": flags,
+        "flag": flag,
+        "shown": shown,
+        "empty_is_value": empty_is_value,
+    }
     return field(default=default, repr=not secret, metadata=metadata)
+
+
+def choices_of(kind: Any) -> tuple[Any, ...]:
+    """The values a `Literal` type (or an optional one) allows; empty for other types."""
+    if typing.get_origin(kind) is Literal:
+        return typing.get_args(kind)
+    for arg in typing.get_args(kind):
+        if typing.get_origin(arg) is Literal:
+            return typing.get_args(arg)
+    return ()
+
+
+def bounds(f: dataclasses.Field[Any]) -> tuple[float | None, float | None]:
+    """The (least, most) a settings field allows; None where unbounded."""
+    return f.metadata.get("ge"), f.metadata.get("le")
+
+
+def range_text(low: float | None, high: float | None) -> str:
+    """A range as the messages and the reference say it: `between 1 and 20,000`."""
+
+    def number(value: float) -> str:
+        return f"{value:,}" if float(value).is_integer() and abs(value) >= 1000 else f"{value:g}"
+
+    if low is not None and high is not None:
+        return f"between {number(low)} and {number(high)}"
+    if low is not None:
+        return "0 or more" if low == 0 else f"at least {number(low)}"
+    return f"at most {number(high)}" if high is not None else ""
 
 
 def shown_default(f: dataclasses.Field[Any]) -> str:
@@ -116,9 +161,11 @@ def shown_default(f: dataclasses.Field[Any]) -> str:
 class Settings:
     """Every knob of ragrank. Each field `name` is read from the variable `RAGRANK_<NAME>`."""
 
-    embed_model: str = setting(DEFAULT_EMBED_MODEL, "bi-encoder: hub id or local folder")
+    embed_model: str = setting(
+        DEFAULT_EMBED_MODEL, "bi-encoder: hub id or local folder", flags="models"
+    )
     rerank_model: str = setting(
-        DEFAULT_RERANK_MODEL, "one-logit cross-encoder: hub id or local folder"
+        DEFAULT_RERANK_MODEL, "one-logit cross-encoder: hub id or local folder", flags="models"
     )
     query_prefix: str | None = setting(
         None,
@@ -136,42 +183,52 @@ class Settings:
     qdrant_path: Path = setting(
         Path("ragrank-data/qdrant"),
         "the embedded store's folder (Qdrant Edge), used unless `RAGRANK_QDRANT_URL` is set",
+        flags="models",
     )
     qdrant_url: str | None = setting(
-        None, "a Qdrant server, e.g. `http://localhost:6333` or a Qdrant Cloud URL"
+        None, "a Qdrant server, e.g. `http://localhost:6333` or a Qdrant Cloud URL", flags="models"
     )
     qdrant_api_key: str | None = setting(None, "the server's API key", secret=True)
     collection: str = setting(
         "ragrank",
         "collection name; created (cosine, the model's dimension) if missing",
         shown="`ragrank` (`ragrank-demo` for the demo)",
+        flags="models",
     )
     qdrant_shard_number: int = setting(
         1,
         "shards of a collection ragrank creates on a Qdrant server (cluster mode); an existing "
         "collection keeps its own",
+        ge=1,
     )
-    qdrant_replication_factor: int = setting(1, "copies of each shard across the cluster's nodes")
+    qdrant_replication_factor: int = setting(
+        1, "copies of each shard across the cluster's nodes", ge=1
+    )
     qdrant_write_consistency_factor: int = setting(
-        1, "copies a write waits for (at most the replication factor)"
+        1, "copies a write waits for (at most the replication factor)", ge=1
     )
-    hnsw_m: int = setting(16, "edges per node of the HNSW graph of a new collection")
-    hnsw_ef_construct: int = setting(100, "candidates considered while building the graph")
+    hnsw_m: int = setting(16, "edges per node of the HNSW graph of a new collection", ge=1)
+    hnsw_ef_construct: int = setting(100, "candidates considered while building the graph", ge=1)
     hnsw_ef: int = setting(
         128,
         "candidates each search explores in the graph (see [the "
         "store](deployment.md#the-store-qdrant-edge-embedded-a-qdrant-server-at-scale))",
+        ge=1,
     )
     hnsw_indexing_threshold_kb: int = setting(
-        10_000, "KiB of vectors from which a segment gets a graph; smaller ones are scanned exactly"
+        10_000,
+        "KiB of vectors from which a segment gets a graph; smaller ones are scanned exactly",
+        ge=1,
     )
     vacuum_deleted_ratio: float = setting(
         0.0,
         "share of a segment's points deleted or overwritten from which an index build rebuilds it"
         " without them; `0` rebuilds any segment with a deletion, which keeps BM25's IDF exact "
         "(see [hybrid retrieval](retrieval.md))",
+        ge=0.0,
+        le=1.0,
     )
-    sparse: str = setting(
+    sparse: SparseKind = setting(
         "bm25",
         "the BM25 sparse vector stored beside the dense one: `bm25` (Qdrant's BM25, a "
         "multilingual word tokenizer), `subword` (the embedding model's tokenizer) or `none` "
@@ -184,54 +241,63 @@ class Settings:
         " neither",
     )
     bm25_k: float = setting(1.2, "BM25's term-frequency saturation")
-    bm25_b: float = setting(0.75, "BM25's length normalisation, 0 to 1")
+    bm25_b: float = setting(0.75, "BM25's length normalisation, 0 to 1", ge=0.0, le=1.0)
     bm25_avg_len: float = setting(
         256.0, "the chunk length, in terms, that length normalisation is relative to"
     )
-    retrieval: str = setting(
+    retrieval: Retrieval = setting(
         "hybrid",
         "a search's first stage when the request does not say: `dense`, `sparse` or `hybrid`",
     )
-    fusion: str = setting(
+    fusion: FusionKind = setting(
         "dbsf",
         "how `hybrid` fuses its lists when the request does not say: `rrf` or `dbsf`",
     )
-    rrf_k: int = setting(2, "RRF's k when the request does not say")
+    rrf_k: int = setting(2, "RRF's k when the request does not say", ge=1)
     rrf_dense_weight: float = setting(
         1.0,
         "RRF's weight of the dense list when the request does not say (Qdrant divides a list's "
         "1-based positions by its weight)",
+        ge=0.01,
+        le=100.0,
     )
     rrf_sparse_weight: float = setting(
-        1.0, "RRF's weight of the BM25 list when the request does not say"
+        1.0, "RRF's weight of the BM25 list when the request does not say", ge=0.01, le=100.0
     )
 
-    device: str = setting("auto", "`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:N`")
-    dtype: str = setting(
+    device: str = setting(
+        "auto", "`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:N`", flags="models"
+    )
+    dtype: Dtype = setting(
         "auto",
         "`auto` (bf16 on CUDA, fp16 on GPUs without bf16, fp32 on CPU), `float32`, `float16`, "
         "`bfloat16`; logits and embeddings are always read in fp32",
     )
     embed_batch_size: int = setting(
-        0, "most texts in one embedding forward pass", shown="`0` = 16 on CPU, 256 on CUDA"
+        0, "most texts in one embedding forward pass", shown="`0` = 16 on CPU, 256 on CUDA", ge=0
     )
     embed_batch_tokens: int = setting(
         0,
         "most tokens in one embedding forward pass: padded ones, or real ones when packed",
         shown="`0` = 8,192 on CPU, 32,768 on CUDA",
+        ge=0,
     )
     rerank_batch_size: int = setting(
-        0, "most pairs in one cross-encoder forward pass", shown="`0` = 16 on CPU, 256 on CUDA"
+        0,
+        "most pairs in one cross-encoder forward pass",
+        shown="`0` = 16 on CPU, 256 on CUDA",
+        ge=0,
     )
     rerank_batch_tokens: int = setting(
         0,
         "most tokens in one cross-encoder forward pass: padded ones, or real ones when packed",
         shown="`0` = 8,192 on CPU, 32,768 on CUDA",
+        ge=0,
     )
     rerank_max_length: int = setting(
-        512, "tokens per (query, passage) pair; longer pairs are truncated"
+        512, "tokens per (query, passage) pair; longer pairs are truncated", ge=1
     )
-    rerank_backend: str = setting(
+    rerank_backend: RerankBackend = setting(
         "torch",
         "`torch` runs the model as loaded; `int8` (CPU only, opt-in) quantises its linear layers,"
         " checked at start-up (see [performance](performance.md))",
@@ -240,15 +306,17 @@ class Settings:
         0.9,
         "least mean per-query Spearman correlation between int8 and float scores on the "
         "calibration set; below it the server refuses to start",
+        ge=-1.0,
+        le=1.0,
     )
-    packed: str = setting(
+    packed: Packed = setting(
         "auto",
         "`on`: each batch's sequences are packed into one row without padding and attention runs "
         "per sequence (varlen), for BERT and XLM-R models; `off`: padded batches; `auto`: packed "
         "on CUDA, padded on CPU (measured faster there, see [performance](performance.md)). "
         "Other architectures fall back to padded batches, logged once",
     )
-    varlen_attention: str = setting(
+    varlen_attention: VarlenAttention = setting(
         "auto",
         "the packed path's attention: `flash-attn` (`flash_attn_varlen_func`, when installed), "
         "`torch` (PyTorch's varlen kernel, CUDA, fp16/bf16), `sdpa` (one SDPA call per sequence, "
@@ -260,28 +328,34 @@ class Settings:
         "`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, which wins when set): a server sees thousands of "
         "shapes, and at oneDNN's 1,024 its memory climbs for tens of minutes (see "
         "[the soak run](performance.md#soak-make-soak))",
+        ge=0,
     )
     tokenizer_threads: int = setting(
         0,
         "host threads that tokenise, plan windows and collate batches, each with its own "
         "tokenizer copy",
         shown="`0` = cores − 1, at least 1",
+        ge=0,
     )
-    batching: str = setting(
+    batching: Batching = setting(
         "sorted",
         "`sorted`: items of all waiting requests, longest first, under the token budget; "
         "`arrival`: the same in arrival order; `request`: no sharing across requests (the last "
         "two are baselines for `ragrank bench`)",
     )
-    batch_wait_ms: int = setting(5, "how long a batch waits for concurrent requests to join it")
-    queue_size: int = setting(4096, "items waiting per model before new requests get `429`")
-    request_timeout_s: int = setting(60, "longest a request waits for a model; then `504`")
+    batch_wait_ms: int = setting(
+        5, "how long a batch waits for concurrent requests to join it", ge=0
+    )
+    queue_size: int = setting(4096, "items waiting per model before new requests get `429`", ge=1)
+    request_timeout_s: int = setting(60, "longest a request waits for a model; then `504`", ge=1)
 
     chunk_tokens: int = setting(
-        256, "tokens per chunk, prefix included, capped by the model's limit"
+        256, "tokens per chunk, prefix included, capped by the model's limit", ge=1, flags="index"
     )
-    chunk_overlap: int = setting(32, "tokens shared by neighbouring chunks")
-    index_batch_size: int = setting(64, "chunks embedded and upserted per batch")
+    chunk_overlap: int = setting(32, "tokens shared by neighbouring chunks", ge=0, flags="index")
+    index_batch_size: int = setting(
+        64, "chunks embedded and upserted per batch", ge=1, flags="index", flag="--batch-size"
+    )
     metadata_indexes: str = setting(
         "", "comma-separated metadata keys to give payload indexes on a Qdrant server"
     )
@@ -289,51 +363,80 @@ class Settings:
         Path("ragrank-data/jobs.sqlite3"),
         "the durable job queue (SQLite) that the API writes and the worker reads; on a volume "
         "both can reach",
+        flags="worker",
     )
     watch: str = setting(
-        "", "comma-separated folders the worker keeps in sync (new, changed and deleted files)"
+        "",
+        "comma-separated folders the worker keeps in sync (new, changed and deleted files)",
+        flags="worker",
     )
-    watch_interval_s: int = setting(30, "seconds between two sweeps of the watched folders")
+    watch_interval_s: int = setting(30, "seconds between two sweeps of the watched folders", ge=1)
 
     max_request_bytes: int = setting(
         16 * 1024 * 1024,
         "the largest request body read; a larger one gets `413` naming this limit, unread",
         shown="`16777216` (16 MiB)",
+        ge=1,
     )
+    # A document with metadata nests four levels deep: body, `documents`, the document, `metadata`.
     max_json_depth: int = setting(
-        32, "levels of nesting of a JSON body, its arrays and objects (4 to 256)"
+        32, "levels of nesting of a JSON body, its arrays and objects (4 to 256)", ge=4, le=256
     )
     max_json_values: int = setting(
-        500_000, "array items and object members in a whole JSON body (at most 10,000,000)"
+        500_000,
+        "array items and object members in a whole JSON body (at most 10,000,000)",
+        ge=1,
+        le=10_000_000,
     )
     max_json_items: int = setting(
         20_480,
         "items of any one array in a JSON body; at least each route's own item limit (at most "
         "100,000)",
+        ge=1,
+        le=100_000,
     )
-    max_json_keys: int = setting(256, "members of any one object in a JSON body (16 to 10,000)")
+    # A search request has 11 fields.
+    max_json_keys: int = setting(
+        256, "members of any one object in a JSON body (16 to 10,000)", ge=16, le=10_000
+    )
     max_json_string_chars: int = setting(
         1_000_000,
         "characters of any one string or key in a JSON body; at least each route's own "
         "character limit (at most 10,000,000)",
+        ge=1,
+        le=10_000_000,
     )
-    max_query_chars: int = setting(2_000, "characters of a search or rerank query (at most 20,000)")
-    max_top_k: int = setting(100, "most results of a search (10 to 1,000)")
-    max_candidates: int = setting(500, "most chunks a search retrieves to rerank (50 to 5,000)")
+    max_query_chars: int = setting(
+        2_000, "characters of a search or rerank query (at most 20,000)", ge=1, le=20_000
+    )
+    # A request that leaves out top_k or candidates gets their defaults, 10 and 50.
+    max_top_k: int = setting(100, "most results of a search (10 to 1,000)", ge=10, le=1_000)
+    max_candidates: int = setting(
+        500, "most chunks a search retrieves to rerank (50 to 5,000)", ge=50, le=5_000
+    )
     max_rerank_documents: int = setting(
-        1_000, "documents in one `/v1/rerank` or `/rerank` request (at most 10,000)"
+        1_000,
+        "documents in one `/v1/rerank` or `/rerank` request (at most 10,000)",
+        ge=1,
+        le=10_000,
     )
     max_document_chars: int = setting(
-        100_000, "characters of one document to rerank or text to embed (at most 1,000,000)"
+        100_000,
+        "characters of one document to rerank or text to embed (at most 1,000,000)",
+        ge=1,
+        le=1_000_000,
     )
     max_embed_inputs: int = setting(
-        2_048, "texts in one embeddings request, on any of its routes (at most 20,480)"
+        2_048,
+        "texts in one embeddings request, on any of its routes (at most 20,480)",
+        ge=1,
+        le=20_480,
     )
     max_ingest_documents: int = setting(
-        1_000, "documents in one `POST /v1/documents` (at most 10,000)"
+        1_000, "documents in one `POST /v1/documents` (at most 10,000)", ge=1, le=10_000
     )
     max_ingest_document_chars: int = setting(
-        1_000_000, "characters of one ingested document (at most 10,000,000)"
+        1_000_000, "characters of one ingested document (at most 10,000,000)", ge=1, le=10_000_000
     )
 
     api_keys: str = setting(
@@ -352,16 +455,18 @@ class Settings:
     )
     readonly_api_keys_file: Path | None = setting(None, "the same for read-only keys")
 
-    log_format: str = setting(
+    log_format: LogFormat = setting(
         "auto", "`json` (one object per line), `text`, or `auto`: JSON unless stderr is a terminal"
     )
-    log_level: str = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`")
+    log_level: LogLevel = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`")
 
     host: str = setting(
-        "127.0.0.1", "interface `ragrank serve` listens on (`0.0.0.0` in containers)"
+        "127.0.0.1",
+        "interface `ragrank serve` listens on (`0.0.0.0` in containers)",
+        flags="listen",
     )
-    port: int = setting(8000, "port `ragrank serve` listens on")
-    playground: str = setting(
+    port: int = setting(8000, "port `ragrank serve` listens on", ge=1, le=65535, flags="listen")
+    playground: Switch = setting(
         "on", "serve the web [playground](playground.md) at `/playground`: `on` or `off`"
     )
     labels: Path | None = setting(
@@ -388,37 +493,19 @@ class Settings:
             )
 
     def _check_values(self) -> None:
-        for name in (
-            "rerank_max_length",
-            "chunk_tokens",
-            "index_batch_size",
-            "queue_size",
-            "request_timeout_s",
-            "watch_interval_s",
-            "qdrant_shard_number",
-            "qdrant_replication_factor",
-            "qdrant_write_consistency_factor",
-            "hnsw_m",
-            "hnsw_ef_construct",
-            "hnsw_ef",
-            "hnsw_indexing_threshold_kb",
-            "rrf_k",
-            "max_request_bytes",
-        ):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"{env_name(name)} must be at least 1")
-        for name in (
-            "embed_batch_size",
-            "embed_batch_tokens",
-            "rerank_batch_size",
-            "rerank_batch_tokens",
-            "batch_wait_ms",
-            "tokenizer_threads",
-            "cpu_kernel_cache",
-        ):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{env_name(name)} must be 0 (automatic) or more")
-        if not 0 <= self.chunk_overlap < self.chunk_tokens:
+        """Each field within its declared choices and range, then the rules across fields."""
+        hints = _hints()
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            allowed = choices_of(hints[f.name])
+            if allowed and value not in allowed:
+                raise SettingsError(f"{env_name(f.name)} must be one of {', '.join(allowed)}")
+            low, high = bounds(f)
+            if value is not None and not (
+                (low is None or value >= low) and (high is None or value <= high)
+            ):
+                raise SettingsError(f"{env_name(f.name)} must be {range_text(low, high)}")
+        if self.chunk_overlap >= self.chunk_tokens:
             raise SettingsError(
                 f"{env_name('chunk_overlap')} must be >= 0 and below {env_name('chunk_tokens')}"
             )
@@ -428,40 +515,6 @@ class Settings:
                 f"{env_name('qdrant_replication_factor')}: a write cannot wait for more copies "
                 f"than exist"
             )
-        self._check_limits()
-        choices = {
-            "rerank_backend": ("torch", "int8"),
-            "packed": ("auto", "on", "off"),
-            "varlen_attention": ("auto", "flash-attn", "torch", "sdpa"),
-            "batching": BATCHINGS,
-            "dtype": ("auto", "float32", "float16", "bfloat16"),
-            "log_format": LOG_FORMATS,
-            "log_level": LOG_LEVELS,
-            "sparse": SPARSE_KINDS,
-            "retrieval": RETRIEVALS,
-            "fusion": FUSIONS,
-            "playground": ("on", "off"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise SettingsError(f"{env_name(name)} must be one of {', '.join(allowed)}")
-        for name, low, high in (
-            ("rerank_min_agreement", -1.0, 1.0),
-            ("vacuum_deleted_ratio", 0.0, 1.0),
-            ("rrf_dense_weight", 0.01, 100.0),
-            ("rrf_sparse_weight", 0.01, 100.0),
-            ("port", 1, 65535),
-        ):
-            if not low <= getattr(self, name) <= high:
-                raise SettingsError(f"{env_name(name)} must be between {low:g} and {high:g}")
-
-    def _check_limits(self) -> None:
-        """Each request limit within its range, the body limits above the route limits they
-        hold, and the collection a name the store can keep."""
-        for name, ceiling in LIMIT_CEILINGS.items():
-            floor = LIMIT_FLOORS.get(name, 1)
-            if not floor <= getattr(self, name) <= ceiling:
-                raise SettingsError(f"{env_name(name)} must be between {floor} and {ceiling:,}")
         for name, held in BODY_LIMITS_HOLD.items():
             for route_limit in held:
                 if getattr(self, route_limit) > getattr(self, name):
@@ -527,6 +580,23 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(Settings)
+
+
+#: The request limits (the `max_*` settings the OpenAPI schema states) and the most and the
+#: least each may be set to, read off their fields: the schema's hard bounds. A floor above 1
+#: says why 1 is not enough in the field's own declaration.
+_LIMITS = [
+    f
+    for f in dataclasses.fields(Settings)
+    if f.name.startswith("max_") and f.metadata.get("le") is not None
+]
+LIMIT_CEILINGS: dict[str, int] = {f.name: int(f.metadata["le"]) for f in _LIMITS}
+LIMIT_FLOORS: dict[str, int] = {f.name: int(f.metadata["ge"]) for f in _LIMITS}
+
+
 def env_name(field_name: str) -> str:
     return ENV_PREFIX + field_name.upper()
 
@@ -540,6 +610,8 @@ def settings_table() -> list[tuple[str, str]]:
 
 
 def _convert(name: str, raw: str, kind: Any) -> Any:
+    if choices_of(kind):
+        return raw  # checked against the choices with every other value
     args = set(typing.get_args(kind))
     optional = type(None) in args
     base = next(iter(args - {type(None)}), kind) if args else kind

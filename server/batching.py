@@ -21,7 +21,7 @@ import logging
 from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ragrank.errors import (
     BatchTooLargeError,
@@ -33,6 +33,7 @@ from ragrank.errors import (
     RagrankError,
     RequestTimeoutError,
 )
+from ragrank.settings import Batching
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 #: How a window of queued items becomes batches. `sorted` (the default): items of all waiting
 #: requests, longest first, cut by the padded-token budget. `arrival`: the same, in arrival order
 #: (a baseline for the benchmark). `request`: one request at a time, sorted, no sharing.
-BatchPolicy = Literal["sorted", "arrival", "request"]
+BatchPolicy = Batching
 
 Item = TypeVar("Item")
 Collated = TypeVar("Collated")

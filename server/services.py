@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,7 +30,7 @@ from ragrank.settings import Settings, env_name
 from ragrank.sparse import SparseEncoder, SparseVector, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
 from ragrank.tokens import WindowPlan
-from server.batching import BatchEngine, BatchPolicy, EngineLimits
+from server.batching import BatchEngine, EngineLimits
 from server.metrics import RERANK_FALLBACKS
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class SearchService:
                 max_wait_ms=settings.batch_wait_ms,
                 max_queue_items=settings.queue_size,
                 timeout_s=settings.request_timeout_s,
-                policy=cast("BatchPolicy", settings.batching),  # validated by Settings
+                policy=settings.batching,
                 packed=packed,
             )
 

@@ -46,7 +46,7 @@ from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
 from ragrank.device import Placement, resolve_placement
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
-from ragrank.packing import VARLEN_BACKENDS
+from ragrank.settings import VARLEN_BACKENDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

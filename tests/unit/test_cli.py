@@ -63,3 +63,36 @@ def test_eval_without_its_extra_names_the_package_to_install(monkeypatch, capsys
     monkeypatch.setitem(sys.modules, "faiss", None)  # as if faiss were not installed
     assert main(["eval", "--dataset", str(tmp_path)]) == 2
     assert "pip install 'ragrank[eval]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "groups"),
+    [
+        (["serve"], ("models", "listen")),
+        (["demo"], ("models", "listen")),
+        (["index", "corpus.jsonl"], ("models", "index")),
+        (["worker"], ("models", "worker")),
+        (["models", "check"], ("models",)),
+    ],
+)
+def test_a_commands_settings_flags_are_the_fields_of_its_groups(argv, groups, monkeypatch):
+    import os
+
+    from ragrank.options import setting_fields, setting_flag
+    from ragrank.settings import Settings
+
+    for name in [k for k in os.environ if k.startswith("RAGRANK_")]:
+        monkeypatch.delenv(name)
+    fields = [f for group in groups for f in setting_fields(group)]
+    command = build_parser()._subparsers._group_actions[0].choices[argv[0]]  # type: ignore[union-attr]
+    flags = {o for action in command._actions for o in action.option_strings}
+    assert {setting_flag(f) for f in fields} <= flags
+    # Absent, a flag leaves the setting alone; given, it sets the field of its own name.
+    args = build_parser().parse_args(argv)
+    args.preset = None  # the demo's own default, `auto`, is resolved by the demo
+    assert settings_from_args(args) == Settings.from_env()
+    given = [f for f in fields if f.type in ("int", "str")]
+    for field in given:
+        value = "17" if field.type == "int" else "given-value"
+        args = build_parser().parse_args([*argv, setting_flag(field), value])
+        assert getattr(args, field.name) == (17 if field.type == "int" else value)

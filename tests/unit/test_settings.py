@@ -102,3 +102,47 @@ def test_host_threads_default_to_cores_but_one(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0})
     assert Settings().host_threads == 1
     assert Settings.from_env({"RAGRANK_TOKENIZER_THREADS": "3"}).host_threads == 3
+
+
+def _fields_with(key: str) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(Settings) if f.metadata.get(key) is not None]
+
+
+def test_every_setting_is_documented():
+    assert all(f.metadata.get("doc") for f in dataclasses.fields(Settings))
+
+
+@pytest.mark.parametrize("field", _fields_with("ge") + _fields_with("le"), ids=lambda f: f.name)
+def test_every_declared_range_is_enforced_and_named(field):
+    from ragrank.settings import bounds, env_name
+
+    low, high = bounds(field)
+    outside = (low - 1) if low is not None else (high + 1)
+    with pytest.raises(SettingsError, match=env_name(field.name)):
+        Settings.from_env({env_name(field.name): str(outside)})
+
+
+def test_every_enumerated_setting_refuses_what_its_type_does_not_allow():
+    import typing
+
+    from ragrank.settings import choices_of, env_name
+
+    hints = typing.get_type_hints(Settings)
+    enumerated = [f for f in dataclasses.fields(Settings) if choices_of(hints[f.name])]
+    assert len(enumerated) >= 11
+    for field in enumerated:
+        with pytest.raises(SettingsError, match=f"{env_name(field.name)} must be one of"):
+            Settings.from_env({env_name(field.name): "no-such-choice"})
+        for choice in choices_of(hints[field.name]):
+            env = {env_name(field.name): choice}
+            if field.name == "sparse" and choice == "none":
+                env["RAGRANK_RETRIEVAL"] = "dense"
+            assert getattr(Settings.from_env(env), field.name) == choice
+
+
+def test_the_limit_tables_are_read_off_the_fields():
+    from ragrank.settings import LIMIT_CEILINGS, LIMIT_FLOORS
+
+    assert LIMIT_CEILINGS["max_top_k"] == 1_000 and LIMIT_FLOORS["max_top_k"] == 10
+    assert set(LIMIT_CEILINGS) == set(LIMIT_FLOORS)
+    assert "max_request_bytes" not in LIMIT_CEILINGS  # unbounded above: not a schema ceiling
