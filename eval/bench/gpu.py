@@ -18,7 +18,6 @@ two-layer models of the same families so the whole run can be checked on a CPU.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -41,11 +40,13 @@ from eval.bench.harness import (
     ragrank_command,
     server_process,
 )
+from eval.bench.options import GpuOptions
 from eval.runs import token_batches
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
 from ragrank.device import Placement, resolve_placement
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.options import parse_options
 from ragrank.settings import VARLEN_BACKENDS
 
 if TYPE_CHECKING:
@@ -159,15 +160,7 @@ def scifact_requests(data: Path, queries: int, documents: int) -> list[tuple[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench.gpu", description=__doc__)
-    parser.add_argument("--device", default="auto", help="auto, cuda or cpu (auto)")
-    parser.add_argument("--tiny", action="store_true", help="two-layer models: a CPU check")
-    parser.add_argument("--queries", type=int, default=30, help="SciFact queries (30)")
-    parser.add_argument("--pairs", type=int, default=2048, help="pairs per fixed length (2048)")
-    parser.add_argument("--server-requests", type=int, default=128, help="/v1/rerank requests")
-    parser.add_argument("--data", type=Path, help=f"BEIR folder ({SCIFACT} if present)")
-    parser.add_argument("--out", type=Path, help="JSON report (eval-results/bench-gpu-<time>)")
-    args = parser.parse_args(argv)
+    args = parse_options(GpuOptions, argv, prog="python -m eval.bench.gpu", description=__doc__)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     placement = resolve_placement(args.device)
     device = placement.device
@@ -205,7 +198,7 @@ def _reranker(
     *,
     placement: Placement,
     data: Path,
-    args: argparse.Namespace,
+    args: GpuOptions,
     peak: float,
     report: dict[str, Any],
 ) -> dict[str, Any]:
@@ -263,7 +256,7 @@ def _server(
     embedder: Path,
     device: str,
     data: Path,
-    args: argparse.Namespace,
+    args: GpuOptions,
     report: dict[str, Any],
 ) -> dict[str, Any]:
     requests = scifact_requests(data, args.server_requests, 32)
@@ -303,9 +296,7 @@ def _server(
     return rows
 
 
-def _embedder(
-    folder: Path, placement: Placement, data: Path, args: argparse.Namespace
-) -> dict[str, Any]:
+def _embedder(folder: Path, placement: Placement, data: Path, args: GpuOptions) -> dict[str, Any]:
     embedder = SentenceTransformerEmbedder(
         str(folder), query_prefix="query: ", passage_prefix="passage: ", placement=placement
     )

@@ -13,7 +13,6 @@ the usual RAGRANK_* settings.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -21,9 +20,10 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eval.bench.options import IndexBenchOptions
 from indexing import Indexer, IndexSummary, read_documents
-from ragrank import SAMPLE_DATASET
 from ragrank.models import SentenceTransformerEmbedder
+from ragrank.options import parse_options
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
@@ -33,14 +33,9 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench.index", description=__doc__)
-    parser.add_argument("--data", type=Path, default=SAMPLE_DATASET, help="a BEIR folder")
-    parser.add_argument("--limit", type=int, default=1000, help="documents to index")
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
-    parser.add_argument(
-        "--repeat", type=int, default=2, help="runs of each variant, alternated; the best counts"
+    args = parse_options(
+        IndexBenchOptions, argv, prog="python -m eval.bench.index", description=__doc__
     )
-    args = parser.parse_args(argv)
     corpus = args.data / "corpus.jsonl"
     if not corpus.exists():
         corpus = args.data / "corpus.jsonl.gz"

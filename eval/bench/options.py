@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragrank import SAMPLE_DATASET
 from ragrank.options import option
 
 RUNS = ("ceiling", "ragrank", "ragrank-int8", "arrival", "request", "infinity")
@@ -46,3 +47,63 @@ class BenchOptions:
     tokenizer: Path = option(
         XLMR_TOKENIZER, "--host-only: the tokenizer.json(.gz) the zero-layer model uses"
     )
+
+
+@dataclass(frozen=True)
+class OverloadOptions:
+    """`python -m eval.bench.overload`: capacity, four times it, and recovery."""
+
+    model: str | None = option(None, "reranker folder (default: the MiniLM-L6-shaped one)")
+    clients: int = option(4, "clients at capacity")
+    factor: int = option(4, "overload multiple")
+    documents: int = option(8, "documents per request")
+    seconds: float = option(20.0, "length of each phase")
+    queue_size: int = option(64, "RAGRANK_QUEUE_SIZE of the server")
+    out: Path | None = option(None, "JSON report (default: eval-results/overload-<time>.json)")
+
+
+@dataclass(frozen=True)
+class SoakOptions:
+    """`python -m eval.bench.soak`: one server under mixed load for a set time."""
+
+    minutes: float = option(30.0, "length of the run")
+    clients: int = option(6, "closed-loop clients")
+    interval: float = option(10.0, "seconds per sample")
+    kills: int = option(0, "kill -9 and restarts")
+    warmup: float | None = option(
+        None, "seconds of each server life not judged (default: a tenth of the run, at least 60)"
+    )
+    doc_ids: int = option(200, "document ids written")
+    seed: int | None = option(None, "random seed (default: from the clock)")
+    rerank_model: str | None = option(None, "reranker folder (default: MiniLM-shaped)")
+    embed_model: str | None = option(None, "embedder (default: all-MiniLM-L6-v2)")
+    tiny: bool = option(
+        False, "tiny random models instead: many requests per second, for short runs"
+    )
+    out: Path | None = option(None, "JSON report (default: eval-results/soak-<time>.json)")
+    keep: bool = option(False, "keep the store, queue and logs (kept on failure)")
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    """`make bench-gpu`: packed against padded, budgets, kernels, server against model."""
+
+    device: str = option("auto", "auto, cuda or cpu")
+    tiny: bool = option(False, "two-layer models: a CPU check")
+    queries: int = option(30, "SciFact queries")
+    pairs: int = option(2048, "pairs per fixed length")
+    server_requests: int = option(128, "/v1/rerank requests")
+    data: Path | None = option(
+        None, "BEIR folder (default: SciFact beside the repository if present)"
+    )
+    out: Path | None = option(None, "JSON report (default: eval-results/bench-gpu-<time>.json)")
+
+
+@dataclass(frozen=True)
+class IndexBenchOptions:
+    """`python -m eval.bench.index`: indexing throughput, dense only against with BM25."""
+
+    data: Path = option(SAMPLE_DATASET, "a BEIR folder (default: the bundled sample)")
+    limit: int = option(1000, "documents to index")
+    out: Path | None = option(None, "write the figures as JSON here")
+    repeat: int = option(2, "runs of each variant, alternated; the best counts")

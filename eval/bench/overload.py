@@ -16,7 +16,6 @@ sampled every 0.2 s, and the longest queue seen in `/metrics`. It writes a JSON 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -41,8 +40,10 @@ from eval.bench.harness import (
     server_process,
     small_embedder,
 )
+from eval.bench.options import OverloadOptions
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
+from ragrank.options import parse_options
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -142,20 +143,10 @@ def _bodies(documents: int) -> list[dict[str, Any]]:
     ]
 
 
-def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench.overload", description=__doc__)
-    parser.add_argument("--model", help="reranker folder (default: the MiniLM-L6-shaped one)")
-    parser.add_argument("--clients", type=int, default=4, help="clients at capacity (4)")
-    parser.add_argument("--factor", type=int, default=4, help="overload multiple (4)")
-    parser.add_argument("--documents", type=int, default=8, help="documents per request (8)")
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase (20)")
-    parser.add_argument("--queue-size", type=int, default=64, help="RAGRANK_QUEUE_SIZE (64)")
-    parser.add_argument("--out", type=Path, help="JSON report (eval-results/overload-<time>.json)")
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _arguments(argv)
+    args = parse_options(
+        OverloadOptions, argv, prog="python -m eval.bench.overload", description=__doc__
+    )
     work = Path(tempfile.mkdtemp(prefix="ragrank-overload-"))
     model = args.model or minilm_reranker(work / "minilm-reranker")
     bodies = _bodies(args.documents)
@@ -210,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(
-    args: argparse.Namespace,
+    args: OverloadOptions,
     argv: Sequence[str] | None,
     *,
     model: str,

@@ -26,7 +26,6 @@ folder and goes on. At the end it checks, and exits 1 when any check fails:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -40,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,8 +55,10 @@ from eval.bench.harness import (
     server_process,
     small_embedder,
 )
+from eval.bench.options import SoakOptions
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
+from ragrank.options import parse_options
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -230,33 +231,8 @@ def folder_mb(path: Path) -> float:
     return round(total / 2**20, 1)
 
 
-def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench.soak", description=__doc__)
-    parser.add_argument("--minutes", type=float, default=30.0, help="length of the run (30)")
-    parser.add_argument("--clients", type=int, default=6, help="closed-loop clients (6)")
-    parser.add_argument("--interval", type=float, default=10.0, help="seconds per sample (10)")
-    parser.add_argument("--kills", type=int, default=0, help="kill -9 and restarts (0)")
-    parser.add_argument(
-        "--warmup", type=float, help="seconds of each server life not judged (10 %%, >= 60)"
-    )
-    parser.add_argument("--doc-ids", type=int, default=200, help="document ids written (200)")
-    parser.add_argument("--seed", type=int, help="random seed (default: from the clock)")
-    parser.add_argument("--rerank-model", help="reranker folder (default: MiniLM-shaped)")
-    parser.add_argument("--embed-model", help="embedder (default: all-MiniLM-L6-v2)")
-    parser.add_argument(
-        "--tiny",
-        action="store_true",
-        help="tiny random models instead: many requests per second, for short runs",
-    )
-    parser.add_argument("--out", type=Path, help="JSON report (eval-results/soak-<time>.json)")
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the store, queue and logs (kept on failure)"
-    )
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _arguments(argv)
+    args = parse_options(SoakOptions, argv, prog="python -m eval.bench.soak", description=__doc__)
     seed = args.seed if args.seed is not None else int(time.time())
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="ragrank-soak-"))
@@ -264,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from eval.random_models import save_tiny_models
 
         tiny = save_tiny_models(work / "models")
-        args.embed_model, args.rerank_model = str(tiny[0]), str(tiny[1])
+        args = replace(args, embed_model=str(tiny[0]), rerank_model=str(tiny[1]))
     env = {
         **os.environ,
         "RAGRANK_EMBED_MODEL": args.embed_model or small_embedder(),
@@ -332,7 +308,7 @@ class Run:
     """One soak run: its clients, its clock and its samples."""
 
     soak: Soak
-    args: argparse.Namespace
+    args: SoakOptions
     work: Path
     started: float = 0.0
     deadline: float = 0.0
