@@ -21,10 +21,10 @@ from server.documents import DOCUMENT_ROUTES
 from server.errors import EXCEPTION_HANDLERS, body_too_large
 from server.limits import write_limits_into_schema
 from server.metrics import PROMETHEUS, MetricsController, instrument, instrument_jobs
+from server.openapi import complete_request_schemas, request_types, write_dimension_into_schema
 from server.playground import playground_router
 from server.request_log import request_id_middleware
 from server.routes import ROUTES
-from server.schemas import complete_request_schemas, write_dimension_into_schema
 from server.services import SearchService, Services
 from server.strict import strict_body
 
@@ -65,7 +65,9 @@ def create_app(
         ready = services
         if ready is None:
             ready = await anyio.to_thread.run_sync(Services.load, settings)
-        write_dimension_into_schema(app.openapi_schema, ready.embedder.dimension)
+        write_dimension_into_schema(
+            app.openapi_schema, request_types(app), ready.embedder.dimension
+        )
         try:
             async with SearchService(ready, settings) as search_service:
                 instrument(search_service.embed_engine)
@@ -115,8 +117,9 @@ def create_app(
     # matches (404, 405) get an id and a log line too; app middleware only wraps routes.
     app.asgi_handler = request_id_middleware(app.asgi_handler)
     # Built once here; the schema route serves this object.
-    complete_request_schemas(app.openapi_schema)
-    write_limits_into_schema(app.openapi_schema, settings)
+    bodies = request_types(app)
+    complete_request_schemas(app.openapi_schema, bodies)
+    write_limits_into_schema(app.openapi_schema, settings, bodies)
     return app
 
 

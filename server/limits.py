@@ -6,6 +6,7 @@ schema the server serves, so the schema and the server say the same."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -16,20 +17,14 @@ from litestar.openapi.spec import OpenAPI, Schema
 
 from ragrank.errors import InvalidRequestError
 from ragrank.ids import doc_id_problem
-from ragrank.settings import Settings, env_name
-from server.schemas import (
-    CohereEmbedRequest,
-    DocumentsRequest,
-    EmbeddingsRequest,
-    RerankDocument,
-    RerankRequest,
-    SearchRequest,
-    TeiEmbedRequest,
-    TeiRerankRequest,
-)
+from ragrank.settings import LIMIT_CEILINGS, Settings, env_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Hashable, Iterable, Iterator
+
+
+#: What a route limit bounds, by the type of the field it is declared on.
+LimitKind = Literal["chars", "items", "value"]
 
 
 @dataclass(frozen=True)
@@ -37,48 +32,65 @@ class Limit:
     """`setting` bounds the `kind` of `field` (dotted; `[]` for every item of a list)."""
 
     field: str
-    kind: Literal["chars", "items", "value"]
+    kind: LimitKind
     setting: str
 
 
-LIMITS: dict[type, tuple[Limit, ...]] = {
-    SearchRequest: (
-        Limit("query", "chars", "max_query_chars"),
-        Limit("top_k", "value", "max_top_k"),
-        Limit("candidates", "value", "max_candidates"),
-    ),
-    RerankRequest: (
-        Limit("query", "chars", "max_query_chars"),
-        Limit("documents", "items", "max_rerank_documents"),
-        Limit("documents[]", "chars", "max_document_chars"),
-    ),
-    TeiRerankRequest: (
-        Limit("query", "chars", "max_query_chars"),
-        Limit("texts", "items", "max_rerank_documents"),
-        Limit("texts[]", "chars", "max_document_chars"),
-        Limit("documents", "items", "max_rerank_documents"),
-        Limit("documents[]", "chars", "max_document_chars"),
-    ),
-    EmbeddingsRequest: (
-        Limit("input", "chars", "max_document_chars"),
-        Limit("input", "items", "max_embed_inputs"),
-        Limit("input[]", "chars", "max_document_chars"),
-    ),
-    TeiEmbedRequest: (
-        Limit("inputs", "chars", "max_document_chars"),
-        Limit("inputs", "items", "max_embed_inputs"),
-        Limit("inputs[]", "chars", "max_document_chars"),
-    ),
-    CohereEmbedRequest: (
-        Limit("texts", "items", "max_embed_inputs"),
-        Limit("texts[]", "chars", "max_document_chars"),
-    ),
-    DocumentsRequest: (
-        Limit("documents", "items", "max_ingest_documents"),
-        Limit("documents[].text", "chars", "max_ingest_document_chars"),
-    ),
+def length_limit(setting: str, **meta: Any) -> msgspec.Meta:
+    """The `Meta` of a string or list field bounded by the request limit `setting`: its type
+    holds the limit's ceiling, and the configured value is checked on top (`check_limits`)
+    and written into the served schema."""
+    return msgspec.Meta(max_length=LIMIT_CEILINGS[setting], extra={"limit": setting}, **meta)
+
+
+def value_limit(setting: str, **meta: Any) -> msgspec.Meta:
+    """The `Meta` of an integer field bounded by the request limit `setting`."""
+    return msgspec.Meta(le=LIMIT_CEILINGS[setting], extra={"limit": setting}, **meta)
+
+
+def limits_of(kind: type) -> tuple[Limit, ...]:
+    """The route limits declared on the fields of a request type, nested structs included."""
+    return _limits_of(kind)
+
+
+@functools.cache
+def _limits_of(kind: Hashable) -> tuple[Limit, ...]:
+    found: list[Limit] = []
+    _walk(msgspec.inspect.type_info(kind), "", found, set())
+    return tuple(found)
+
+
+_KINDS: dict[type, LimitKind] = {
+    msgspec.inspect.StrType: "chars",
+    msgspec.inspect.ListType: "items",
+    msgspec.inspect.IntType: "value",
 }
 
+
+def _walk(node: Any, path: str, found: list[Limit], seen: set[type]) -> None:
+    if isinstance(node, msgspec.inspect.Metadata):
+        setting = (node.extra or {}).get("limit")
+        if setting is not None:
+            found.append(Limit(path, _KINDS[type(node.type)], setting))
+        _walk(node.type, path, found, seen)
+    elif isinstance(node, msgspec.inspect.UnionType):
+        for alternative in node.types:
+            _walk(alternative, path, found, seen)
+    elif isinstance(node, msgspec.inspect.ListType):
+        _walk(node.item_type, path + "[]", found, seen)
+    elif isinstance(node, msgspec.inspect.StructType) and node.cls not in seen:
+        seen.add(node.cls)
+        for field in node.fields:
+            _walk(
+                field.type,
+                f"{path}.{field.encode_name}" if path else field.encode_name,
+                found,
+                seen,
+            )
+        seen.discard(node.cls)
+
+
+_ABSENT: Any = object()
 _UNITS = {"chars": "characters", "items": "items", "value": ""}
 
 #: A JSON string, escapes and all; blanked out before the body's structure is counted.
@@ -198,7 +210,7 @@ def check_limits(body: Any, settings: Settings) -> None:
         problem = doc_id_problem(where["doc_id"])
         if problem:
             raise InvalidRequestError(f"filter.doc_id: {problem}", field="filter.doc_id")
-    for limit in LIMITS.get(type(body), ()):
+    for limit in limits_of(type(body)):
         bound: int = getattr(settings, limit.setting)
         for path, value in _values(body, limit.field):
             size = _size(value, limit.kind)
@@ -211,20 +223,26 @@ def check_limits(body: Any, settings: Settings) -> None:
 
 
 def _values(body: Any, field: str) -> Iterator[tuple[str, Any]]:
+    """(path, value) of each value at `field`; an alternative of a union without the field
+    (a text where a document object could be) has none."""
     name, _, rest = field.partition(".")
-    items = name.endswith("[]")
-    value = getattr(body, name.removesuffix("[]"))
-    if items:
-        if not isinstance(value, list):
-            return
-        for index, item in enumerate(value):
-            path = f"{name[:-2]}[{index}]"
-            if rest:
-                yield from ((f"{path}.{p}", v) for p, v in _values(item, rest))
-            else:
-                yield path, item.text if isinstance(item, RerankDocument) else item
-    else:
-        yield name, value
+    value = getattr(body, name.removesuffix("[]"), _ABSENT)
+    if value is _ABSENT:
+        return
+    if not name.endswith("[]"):
+        if rest:
+            yield from ((f"{name}.{p}", v) for p, v in _values(value, rest))
+        else:
+            yield name, value
+        return
+    if not isinstance(value, list):
+        return
+    for index, item in enumerate(value):
+        path = f"{name[:-2]}[{index}]"
+        if rest:
+            yield from ((f"{path}.{p}", v) for p, v in _values(item, rest))
+        else:
+            yield path, item
 
 
 def _size(value: Any, kind: str) -> int | None:
@@ -235,7 +253,9 @@ def _size(value: Any, kind: str) -> int | None:
     return len(value) if isinstance(value, str) else None
 
 
-def write_limits_into_schema(openapi: OpenAPI, settings: Settings) -> None:
+def write_limits_into_schema(
+    openapi: OpenAPI, settings: Settings, request_types: Iterable[type]
+) -> None:
     """Put the configured limits where the schema holds the types' ceilings: the route limits on
     their fields, the body limits on every string, array and object of a request body that
     has no tighter bound, and in the description what JSON Schema cannot say (depth, values)."""
@@ -249,8 +269,8 @@ def write_limits_into_schema(openapi: OpenAPI, settings: Settings) -> None:
             body = getattr(operation, "request_body", None)
             for media in (getattr(body, "content", None) or {}).values():
                 _bound_body_schema(media.schema, schemas, settings, seen)
-    for kind, limits in LIMITS.items():
-        for limit in limits:
+    for kind in request_types:
+        for limit in limits_of(kind):
             component = schemas.get(kind.__name__)
             if isinstance(component, Schema):
                 bound = getattr(settings, limit.setting)

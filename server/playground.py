@@ -19,9 +19,8 @@ from msgspec import Struct
 from ragrank import __version__
 from ragrank.beir import load_qrels, load_queries
 from ragrank.errors import DocumentError, SettingsError
-from ragrank.settings import RETRIEVALS, env_name
+from ragrank.settings import LIMIT_CEILINGS, RETRIEVALS, env_name
 from server.auth import PUBLIC
-from server.schemas import MAX_QUERY_CHARS
 from server.services import SearchService
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
 }
 #: A query text to look up: at most as long as any query may be.
-LabelledText = Annotated[str, Parameter(max_length=MAX_QUERY_CHARS)]
+LabelledText = Annotated[str, Parameter(max_length=LIMIT_CEILINGS["max_query_chars"])]
 #: Labelled queries offered as examples (a dataset may hold thousands).
 MAX_EXAMPLES = 100
 

@@ -1,22 +1,20 @@
-"""Request and response bodies. The types hold each limit's ceiling; the configured limits
-(`server/limits.py`) are checked on top and written into the served OpenAPI schema."""
+"""Request and response bodies. A field bounded by a request limit declares it
+(`length_limit`, `value_limit`): its type holds the ceiling, and the configured value is checked
+on top and written into the served OpenAPI schema (`server/limits.py`, `server/openapi.py`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-import msgspec
 from litestar.openapi import ResponseSpec
-from litestar.openapi.spec import OpenAPI, OpenAPIType, Schema
 from msgspec import Meta, Struct
 
 from ragrank.ids import DOC_ID_PATTERN, DOC_ID_RULE, MAX_DOC_ID_CHARS
-from ragrank.settings import LIMIT_CEILINGS
+from server.limits import length_limit, value_limit
 
 #: The most RRF's `k` may be set to: far past the point where it changes any order.
 MAX_RRF_K = 100_000
 
-MAX_QUERY_CHARS = LIMIT_CEILINGS["max_query_chars"]
 MAX_TITLE_CHARS = 2_000
 #: A query must hold some non-whitespace text (a JSON Schema pattern is a search, not a match).
 #: The whitespace is spelled out, not `\S`: Python's and JavaScript's `\s` differ (\x1c-\x1f,
@@ -24,8 +22,6 @@ MAX_TITLE_CHARS = 2_000
 NON_BLANK = (
     r"[^\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 )
-MAX_TOP_K = LIMIT_CEILINGS["max_top_k"]
-MAX_CANDIDATES = LIMIT_CEILINGS["max_candidates"]
 MAX_FILTER_KEYS = 16
 
 #: The `model` clients must send (a vendor's model name, a LiteLLM alias). A server serves one
@@ -56,19 +52,16 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     query: Annotated[
         str,
-        Meta(
-            min_length=1,
-            max_length=MAX_QUERY_CHARS,
-            pattern=NON_BLANK,
-            description="The search text.",
+        length_limit(
+            "max_query_chars", min_length=1, pattern=NON_BLANK, description="The search text."
         ),
     ]
-    top_k: Annotated[int, Meta(ge=1, le=MAX_TOP_K, description="Results to return.")] = 10
+    top_k: Annotated[int, value_limit("max_top_k", ge=1, description="Results to return.")] = 10
     candidates: Annotated[
         int,
-        Meta(
+        value_limit(
+            "max_candidates",
             ge=1,
-            le=MAX_CANDIDATES,
             description="Chunks the first stage retrieves before reranking (raised to `top_k` "
             "if below).",
         ),
@@ -248,15 +241,13 @@ ERROR_DESCRIPTIONS = {
 MODEL_ERRORS = error_responses(400, 401, 413, 415, 429, 500, 503, 504)
 
 
-MAX_RERANK_DOCUMENTS = LIMIT_CEILINGS["max_rerank_documents"]
-MAX_DOCUMENT_CHARS = LIMIT_CEILINGS["max_document_chars"]
 MAX_TOKENS_PER_DOC = 32_768
 
-DocumentText = Annotated[str, Meta(max_length=MAX_DOCUMENT_CHARS)]
+DocumentText = Annotated[str, length_limit("max_document_chars")]
 QueryText = Annotated[
     str,
-    Meta(
-        min_length=1, max_length=MAX_QUERY_CHARS, pattern=NON_BLANK, description="The search text."
+    length_limit(
+        "max_query_chars", min_length=1, pattern=NON_BLANK, description="The search text."
     ),
 ]
 
@@ -278,7 +269,7 @@ class RerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     query: QueryText
     documents: Annotated[
         list[DocumentText | RerankDocument],
-        Meta(min_length=1, max_length=MAX_RERANK_DOCUMENTS),
+        length_limit("max_rerank_documents", min_length=1),
     ]
     model: ModelName = None
     top_n: Annotated[int, Meta(ge=1)] | None = None
@@ -354,7 +345,7 @@ class RerankResponse(Struct, frozen=True, kw_only=True):
     usage: Usage
 
 
-RerankTexts = Annotated[list[DocumentText], Meta(min_length=1, max_length=MAX_RERANK_DOCUMENTS)]
+RerankTexts = Annotated[list[DocumentText], length_limit("max_rerank_documents", min_length=1)]
 TruncationDirection = Literal["Left", "Right", "left", "right"] | None
 
 
@@ -362,6 +353,9 @@ class TeiRerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """text-embeddings-inference's rerank request (`texts`), or Infinity's (`documents`): the
     one given picks the answer's shape. Long texts are scored in windows, so `truncate` and
     `truncation_direction` change nothing and are accepted for compatibility."""
+
+    #: The body takes exactly one of these (the handler checks it; the schema says it).
+    exactly_one_of: ClassVar[tuple[str, ...]] = ("texts", "documents")
 
     query: QueryText
     texts: Annotated[RerankTexts, Meta(description="TEI: the texts to rank.")] = []
@@ -398,12 +392,10 @@ class InfinityRerankResponse(Struct, frozen=True, kw_only=True):
     usage: Usage
 
 
-MAX_EMBED_INPUTS = LIMIT_CEILINGS["max_embed_inputs"]
-
-EmbedText = Annotated[str, Meta(min_length=1, max_length=MAX_DOCUMENT_CHARS)]
+EmbedText = Annotated[str, length_limit("max_document_chars", min_length=1)]
 
 
-EmbedTexts = Annotated[list[EmbedText], Meta(min_length=1, max_length=MAX_EMBED_INPUTS)]
+EmbedTexts = Annotated[list[EmbedText], length_limit("max_embed_inputs", min_length=1)]
 Dimensions = (
     Annotated[
         int,
@@ -411,6 +403,8 @@ Dimensions = (
             ge=1,
             description="The vectors' length: only the model's own is served (ragrank "
             "does not shorten vectors).",
+            # The served schema gives the embedder's length once the model is loaded.
+            extra={"model_dimension": True},
         ),
     ]
     | None
@@ -456,13 +450,17 @@ class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields
     ] = None
     dimensions: Dimensions = None
     normalized: Annotated[
-        bool, Meta(description="Jina: vectors are always unit length; `false` is refused.")
+        bool,
+        Meta(
+            description="Jina: vectors are always unit length; `false` is refused.",
+            extra={"only": True},
+        ),
     ] = True
     embedding_type: Annotated[
         Literal["float", "base64"] | None, Meta(description="Jina's `encoding_format`.")
     ] = None
     late_chunking: Annotated[
-        bool, Meta(description="Jina: not served; only `false` is accepted.")
+        bool, Meta(description="Jina: not served; only `false` is accepted.", extra={"only": False})
     ] = False
     user: str | None = None
 
@@ -502,9 +500,6 @@ class TeiEmbedRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     ] = None
     dimensions: Dimensions = None
     model: ModelName = None
-
-
-MAX_COHERE_EMBED_TEXTS = MAX_EMBED_INPUTS
 
 
 class CohereEmbedRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -561,10 +556,6 @@ class CohereEmbedResponse(Struct, frozen=True, kw_only=True):
     meta: CohereEmbedMeta
 
 
-MAX_DOCUMENTS_PER_JOB = LIMIT_CEILINGS["max_ingest_documents"]
-MAX_INGEST_DOCUMENT_CHARS = LIMIT_CEILINGS["max_ingest_document_chars"]
-
-
 class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     id: Annotated[
         str,
@@ -575,7 +566,7 @@ class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
             description=f"The document's id: {DOC_ID_RULE}; an existing one is replaced.",
         ),
     ]
-    text: Annotated[str, Meta(max_length=MAX_INGEST_DOCUMENT_CHARS)]
+    text: Annotated[str, length_limit("max_ingest_document_chars")]
     title: Annotated[str, Meta(max_length=MAX_TITLE_CHARS)] = ""
     metadata: Annotated[dict[MetadataKey, Any], Meta(max_length=64)] = {}
 
@@ -583,7 +574,7 @@ class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
 class DocumentsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Documents to index (or replace, by `id`), as one job."""
 
-    documents: Annotated[list[DocumentIn], Meta(min_length=1, max_length=MAX_DOCUMENTS_PER_JOB)]
+    documents: Annotated[list[DocumentIn], length_limit("max_ingest_documents", min_length=1)]
 
 
 class JobAccepted(Struct, frozen=True, kw_only=True):
@@ -605,119 +596,3 @@ class JobStatus(Struct, frozen=True, kw_only=True):
     errors: list[JobError]
     created_at: float
     updated_at: float
-
-
-#: Bodies that take exactly one of these fields (the handler checks it; the schema says it).
-ONE_OF_FIELDS = {"TeiRerankRequest": ("texts", "documents")}
-#: Flags of which ragrank serves one value only; the other is a 400.
-ONE_VALUE_FIELDS = {
-    ("EmbeddingsRequest", "normalized"): True,
-    ("EmbeddingsRequest", "late_chunking"): False,
-}
-#: The fields that must equal the embedder's vector length, known once the model is loaded.
-DIMENSION_FIELDS = {
-    "EmbeddingsRequest": "dimensions",
-    "TeiEmbedRequest": "dimensions",
-    "CohereEmbedRequest": "output_dimension",
-}
-
-
-def complete_request_schemas(openapi: OpenAPI) -> None:
-    """Say in the OpenAPI schema all that the decoder enforces on request bodies, so clients and
-    fuzzers see the real contract. Litestar's schema generation drops what msgspec's own JSON
-    schema keeps: no unknown fields (a typo such as `topk` is a 400, not ignored), and the
-    limits on objects' keys (`propertyNames`, `maxProperties`), e.g. of `filter`. And a union
-    such as `str | int | float` is `anyOf`, not `oneOf`: 5 is both an integer and a number."""
-    schemas = openapi.components.schemas if openapi.components else None
-    for name, kind in globals().items():
-        if not (
-            schemas
-            and name in schemas
-            and isinstance(kind, type)
-            and issubclass(kind, Struct)
-            and kind.__struct_config__.forbid_unknown_fields
-        ):
-            continue
-        component = schemas[name]
-        exact = msgspec.json.schema(kind)["$defs"][name]
-        if isinstance(component, Schema):
-            _any_of_for_unions(component)
-            component.additional_properties = False
-            if name in ONE_OF_FIELDS:
-                component.one_of = [Schema(required=[f]) for f in ONE_OF_FIELDS[name]]
-            for (owner, field), value in ONE_VALUE_FIELDS.items():
-                target = (component.properties or {}).get(field) if owner == name else None
-                if isinstance(target, Schema):
-                    target.enum = [value]
-            for field, rules in exact["properties"].items():
-                target = (component.properties or {}).get(field)
-                if isinstance(target, Schema):
-                    _copy_limits(rules, target)
-
-
-def write_dimension_into_schema(openapi: OpenAPI, dimension: int) -> None:
-    """Once the embedder is loaded: the vector length its `dimensions` fields must give."""
-    schemas = openapi.components.schemas if openapi.components else None
-    for name, field in DIMENSION_FIELDS.items():
-        component = (schemas or {}).get(name)
-        target = (component.properties or {}).get(field) if isinstance(component, Schema) else None
-        if not isinstance(target, Schema):
-            continue
-        for option in [target, *(target.any_of or [])]:
-            if isinstance(option, Schema) and option.type == OpenAPIType.INTEGER:
-                option.minimum = option.maximum = dimension
-
-
-def _any_of_for_unions(schema: Schema) -> None:
-    if schema.one_of:
-        schema.any_of, schema.one_of = schema.one_of, None
-    children = [
-        *(schema.any_of or []),
-        *(schema.properties or {}).values(),
-        schema.items,
-        schema.additional_properties,
-    ]
-    for child in children:
-        if isinstance(child, Schema):
-            _any_of_for_unions(child)
-
-
-#: msgspec's JSON-schema limits and the Litestar `Schema` attributes that hold them.
-_LIMITS = {
-    "minLength": "min_length",
-    "maxLength": "max_length",
-    "pattern": "pattern",
-    "minItems": "min_items",
-    "maxItems": "max_items",
-    "minimum": "minimum",
-    "maximum": "maximum",
-    "maxProperties": "max_properties",
-}
-
-
-def _copy_limits(rules: dict[str, Any], target: Schema) -> None:
-    """Copy msgspec's limits into Litestar's schema of the same value, alternatives of a union
-    matched by their JSON type."""
-    for alternative in rules.get("anyOf", []):
-        for candidate in target.any_of or []:
-            if isinstance(candidate, Schema) and _same_type(alternative, candidate):
-                _copy_limits(alternative, candidate)
-    if "type" not in rules or not _same_type(rules, target):
-        return
-    for key, attribute in _LIMITS.items():
-        if key in rules:
-            setattr(target, attribute, rules[key])
-    keys = rules.get("propertyNames")
-    if keys:
-        target.property_names = Schema(
-            min_length=keys.get("minLength"),
-            max_length=keys.get("maxLength"),
-            pattern=keys.get("pattern"),
-        )
-    if isinstance(rules.get("items"), dict) and isinstance(target.items, Schema):
-        _copy_limits(rules["items"], target.items)
-
-
-def _same_type(rules: dict[str, Any], target: Schema) -> bool:
-    kind = target.type.value if isinstance(target.type, OpenAPIType) else None
-    return rules.get("type") == kind

@@ -217,7 +217,7 @@ async def test_limits_are_settings_checked_before_any_model_work(indexed_service
             (
                 "/v1/rerank",
                 {"query": "q", "documents": ["a", {"text": "abcdef"}]},
-                "documents[1]",
+                "documents[1].text",
                 "RAGRANK_MAX_DOCUMENT_CHARS",
             ),
             ("/rerank", {"query": "q", "texts": ["abcdef"]}, "texts[0]", "DOCUMENT_CHARS"),
