@@ -51,3 +51,13 @@ def test_the_server_s_bodies_declare_their_limits_on_their_fields():
         Limit("documents", "items", "max_ingest_documents"),
         Limit("documents[].text", "chars", "max_ingest_document_chars"),
     )
+
+
+def test_every_body_the_server_takes_declares_a_route_limit(fake_services):
+    from ragrank.settings import Settings
+    from server import create_app
+
+    bodies = request_types(create_app(Settings(), services=fake_services))
+    assert len(bodies) >= 7
+    unbounded = [kind.__name__ for kind in bodies if not limits_of(kind)]
+    assert not unbounded, f"bodies with no route limit on any field: {unbounded}"
