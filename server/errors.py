@@ -32,7 +32,7 @@ from ragrank.errors import (
 from ragrank.ids import DOC_ID_PATTERN
 from ragrank.settings import env_name
 from server.metrics import ERRORS
-from server.schemas import NON_BLANK, ErrorDetail, ErrorResponse
+from server.routes.shared import NON_BLANK, ErrorDetail, ErrorResponse
 
 if TYPE_CHECKING:
     from collections.abc import Callable

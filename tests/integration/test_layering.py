@@ -21,7 +21,7 @@ def _loaded(code: str) -> set[str]:
 @pytest.mark.parametrize(
     "modules",
     [
-        "indexing.pipeline, server.routes, ragrank.settings",
+        "indexing.pipeline, server.routes.search, server.routes.embeddings, ragrank.settings",
         "ragrank.protocols, ragrank.beir, ragrank.store, indexing",
         "eval.options, eval.bench.options, ragrank.options, ragrank.reference",
         # What the tests and the benchmarks share, and the command's root, load no model code

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from cli import build_parser
 from ragrank.settings import settings_table
-from server.routes import ROUTES
+from server.routes import health
 from tests.compose import PROFILES, REPO, compose_file, profile_services
 
 SETTINGS = {name for name, _ in settings_table()}
@@ -60,7 +60,7 @@ def test_every_command_is_a_real_subcommand_and_every_variable_a_real_setting():
         # The API and the indexer share the job queue.
         assert "jobs:/data" in service["volumes"]
         assert service["environment"]["RAGRANK_JOBS_PATH"].startswith("/data/")
-    paths = {path for route in ROUTES for path in route.paths}
+    paths = {path for route in health.ROUTES for path in route.paths}
     assert {"/ready", "/health"} <= paths
 
 

@@ -18,7 +18,7 @@ from eval.options import FINETUNE_ROLES, EvalOptions, EvalTarget, FinetuneOption
 from ragrank.options import cli_fields, flag_name
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("ragrank", "server", "indexing", "eval")
+PACKAGES = ("cli", "ragrank", "server", "indexing", "eval")
 LONGEST_FUNCTION = 80
 #: Words about how the code was written rather than about the product: issue numbers, work
 #: sessions, machines that were or were not lent, and paths of one particular machine.

@@ -10,7 +10,9 @@ from msgspec import Struct
 
 from server.limits import Limit, length_limit, limits_of, value_limit
 from server.openapi import complete_request_schemas, request_types
-from server.schemas import DocumentsRequest, RerankRequest, SearchRequest
+from server.routes.documents import DocumentsRequest
+from server.routes.rerank import RerankRequest
+from server.routes.search import SearchRequest
 
 if TYPE_CHECKING:
     from litestar.openapi.spec import Schema

@@ -4,13 +4,14 @@ rules as ids in bodies (`ragrank/ids.py`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote_to_bytes
 
 from litestar import Request, delete, get, post
 from litestar.exceptions import NotFoundException
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_202_ACCEPTED
+from msgspec import Meta, Struct
 
 from indexing import JobStore
 from ragrank.documents import Document
@@ -25,13 +26,54 @@ from ragrank.ids import (
     is_job_id,
 )
 from server.auth import WRITES
-from server.schemas import (
-    DocumentsRequest,
-    JobAccepted,
-    JobError,
-    JobStatus,
-    error_responses,
-)
+from server.limits import length_limit
+from server.routes.shared import error_responses
+
+MAX_TITLE_CHARS = 2_000
+MetadataKey = Annotated[str, Meta(min_length=1, max_length=128)]
+
+
+class DocumentIn(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=MAX_DOC_ID_CHARS,
+            pattern=DOC_ID_PATTERN,
+            description=f"The document's id: {DOC_ID_RULE}; an existing one is replaced.",
+        ),
+    ]
+    text: Annotated[str, length_limit("max_ingest_document_chars")]
+    title: Annotated[str, Meta(max_length=MAX_TITLE_CHARS)] = ""
+    metadata: Annotated[dict[MetadataKey, Any], Meta(max_length=64)] = {}
+
+
+class DocumentsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Documents to index (or replace, by `id`), as one job."""
+
+    documents: Annotated[list[DocumentIn], length_limit("max_ingest_documents", min_length=1)]
+
+
+class JobAccepted(Struct, frozen=True, kw_only=True):
+    job_id: str
+    state: str
+
+
+class JobError(Struct, frozen=True, kw_only=True):
+    doc_id: str
+    error: str
+
+
+class JobStatus(Struct, frozen=True, kw_only=True):
+    job_id: str
+    kind: Literal["upsert", "delete"]
+    state: Literal["queued", "running", "done", "failed"]
+    documents: int
+    counts: dict[str, int]
+    errors: list[JobError]
+    created_at: float
+    updated_at: float
+
 
 DOCUMENTS_PATH = "/v1/documents"
 
@@ -119,4 +161,5 @@ def job_status(job_id: JobIdParameter, jobs: JobStore) -> JobStatus:
     )
 
 
-DOCUMENT_ROUTES = [add_documents, delete_document, job_status]
+#: The handlers this module adds to the app.
+ROUTES = [add_documents, delete_document, job_status]

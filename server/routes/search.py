@@ -1,0 +1,212 @@
+"""Search: `POST /v1/search`, retrieval by the first stage then reranking."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from litestar import Request, post
+from litestar.status_codes import HTTP_200_OK
+from msgspec import Meta, Struct
+
+from server.limits import length_limit, value_limit
+from server.routes.shared import MODEL_ERRORS, NON_BLANK, ModelName, unless_disconnected
+from server.services import SearchService
+
+#: The most RRF's `k` may be set to: far past the point where it changes any order.
+MAX_RRF_K = 100_000
+MAX_FILTER_KEYS = 16
+
+#: Filter keys become Qdrant payload paths (`metadata.<key>`), which take plain names only.
+FilterKey = Annotated[
+    str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
+]
+FilterValue = str | int | float | bool
+
+
+class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Retrieve `candidates` chunks (dense, BM25, or both fused), rerank them, return
+    `top_k`."""
+
+    query: Annotated[
+        str,
+        length_limit(
+            "max_query_chars", min_length=1, pattern=NON_BLANK, description="The search text."
+        ),
+    ]
+    top_k: Annotated[int, value_limit("max_top_k", ge=1, description="Results to return.")] = 10
+    candidates: Annotated[
+        int,
+        value_limit(
+            "max_candidates",
+            ge=1,
+            description="Chunks the first stage retrieves before reranking (raised to `top_k` "
+            "if below).",
+        ),
+    ] = 50
+    rerank: Annotated[
+        bool | Literal["auto"],
+        Meta(
+            description="Rerank with the cross-encoder; false returns the first stage's "
+            "order; `auto` reranks when the reranker can and otherwise returns the first "
+            "stage's order with `rerank_error` saying why."
+        ),
+    ] = True
+    retrieval: Annotated[
+        Literal["dense", "sparse", "hybrid"] | None,
+        Meta(
+            description="The first stage: `dense` (cosine of the embeddings), `sparse` (BM25) "
+            "or `hybrid` (both, fused by `fusion`, the filter applied to each); absent: the "
+            "server's RAGRANK_RETRIEVAL."
+        ),
+    ] = None
+    fusion: Annotated[
+        Literal["rrf", "dbsf"] | None,
+        Meta(
+            description="How `hybrid` merges its two lists: `rrf` (reciprocal rank fusion) or "
+            "`dbsf` (distribution-based score fusion); absent: the server's RAGRANK_FUSION."
+        ),
+    ] = None
+    rrf_k: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_RRF_K,
+                description="RRF's k, in `1 / (k + rank)` with ranks from 0: higher flattens "
+                "the weight of the top ranks; absent: the server's RAGRANK_RRF_K.",
+            ),
+        ]
+        | None
+    ) = None
+    filter: (
+        Annotated[
+            dict[FilterKey, FilterValue],
+            Meta(
+                max_length=MAX_FILTER_KEYS,
+                description="Equality on `doc_id` or on metadata keys; all must match.",
+            ),
+        ]
+        | None
+    ) = None
+    dense_weight: (
+        Annotated[
+            float,
+            Meta(
+                ge=0.01,
+                le=100,
+                description="RRF's weight of the dense list (Qdrant divides a list's 1-based "
+                "positions by its weight); absent: the server's RAGRANK_RRF_DENSE_WEIGHT.",
+            ),
+        ]
+        | None
+    ) = None
+    sparse_weight: (
+        Annotated[
+            float,
+            Meta(
+                ge=0.01,
+                le=100,
+                description="RRF's weight of the BM25 list; below 1 it counts less than the "
+                "dense one; absent: the server's RAGRANK_RRF_SPARSE_WEIGHT.",
+            ),
+        ]
+        | None
+    ) = None
+    model: ModelName = None
+
+
+class SearchHit(Struct, frozen=True, kw_only=True):
+    rank: int
+    doc_id: str
+    chunk: int
+    text: str
+    title: str
+    metadata: dict[str, Any]
+    score: Annotated[
+        float,
+        Meta(
+            description="Reranker relevance in [0, 1] (sigmoid of its logit); "
+            "the first stage's score when `rerank` is false."
+        ),
+    ]
+    retrieval_score: Annotated[
+        float,
+        Meta(
+            description="The first stage's score: cosine similarity (`dense`), BM25 "
+            "(`sparse`), or the fused score (`hybrid`)."
+        ),
+    ]
+    retrieval_rank: Annotated[
+        int,
+        Meta(
+            description="The chunk's 1-based position in the first stage's order: how far "
+            "reranking moved it."
+        ),
+    ]
+
+
+class Timings(Struct, frozen=True, kw_only=True):
+    """Milliseconds of each stage; a stage the search skipped reads 0."""
+
+    embed: float
+    sparse: Annotated[float, Meta(description="Computing the query's BM25 vector.")]
+    retrieve: float
+    rerank: float
+    total: float
+
+
+class SearchResponse(Struct, frozen=True, kw_only=True):
+    results: list[SearchHit]
+    reranked: bool
+    retrieval: Annotated[str, Meta(description="The first stage this search ran.")]
+    timings_ms: Timings
+    rerank_error: Annotated[
+        str | None,
+        Meta(description="With `rerank: auto`, why the results are in the first stage's order."),
+    ] = None
+
+
+@post("/v1/search", status_code=HTTP_200_OK, tags=["search"], responses=MODEL_ERRORS)
+async def search(
+    data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
+) -> SearchResponse:
+    """Retrieve `candidates` chunks (dense, BM25 or hybrid), rerank them, return `top_k`."""
+    outcome = await unless_disconnected(
+        request,
+        search_service.search(
+            data.query,
+            top_k=data.top_k,
+            candidates=max(data.candidates, data.top_k),
+            rerank=data.rerank,
+            where=data.filter,
+            retrieval=data.retrieval,
+            fusion=data.fusion,
+            rrf_k=data.rrf_k,
+            dense_weight=data.dense_weight,
+            sparse_weight=data.sparse_weight,
+        ),
+    )
+    return SearchResponse(
+        results=[
+            SearchHit(
+                rank=rank,
+                doc_id=hit.candidate.chunk.doc_id,
+                chunk=hit.candidate.chunk.chunk_index,
+                text=hit.candidate.chunk.text,
+                title=hit.candidate.chunk.title,
+                metadata=dict(hit.candidate.chunk.metadata),
+                score=hit.score,
+                retrieval_score=hit.candidate.retrieval_score,
+                retrieval_rank=hit.retrieval_rank,
+            )
+            for rank, hit in enumerate(outcome.hits, start=1)
+        ],
+        reranked=outcome.reranked,
+        retrieval=outcome.retrieval,
+        timings_ms=Timings(**outcome.timings_ms),
+        rerank_error=outcome.rerank_error,
+    )
+
+
+#: The handlers this module adds to the app.
+ROUTES = [search]

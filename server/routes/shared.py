@@ -1,0 +1,112 @@
+"""What the feature modules share: the `model` field every vendor sends, a query's
+non-blank rule, the error envelope and the answers it documents, the API version and
+Cohere's priority, and the wait for a model that gives up when its client leaves."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+from litestar.openapi import ResponseSpec
+from msgspec import Meta, Struct
+
+from ragrank.errors import ClientDisconnectedError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from litestar import Request
+
+#: A query must hold some non-whitespace text (a JSON Schema pattern is a search, not a match).
+#: The whitespace is spelled out, not `\S`: Python's and JavaScript's `\s` differ (\x1c-\x1f,
+#: \x85, \ufeff), and both the server and clients must read the pattern the same way.
+NON_BLANK = (
+    r"[^\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+)
+
+#: The `model` clients must send (a vendor's model name, a LiteLLM alias). A server serves one
+#: embedder and one reranker, so the name is read and ignored; answers name the model served.
+ModelName = (
+    Annotated[
+        str,
+        Meta(
+            max_length=256,
+            description="Accepted for client compatibility and ignored: the server always "
+            "uses its configured model, which answers that carry a `model` name.",
+        ),
+    ]
+    | None
+)
+
+
+class ErrorDetail(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(Struct, frozen=True, kw_only=True):
+    error: ErrorDetail
+    detail: Annotated[
+        str,
+        Meta(description="`error.message` again, where Jina's and FastAPI-style clients read it."),
+    ]
+
+
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI entries for the error answers a route can give, all `ErrorResponse`."""
+    return {
+        status: ResponseSpec(data_container=ErrorResponse, description=ERROR_DESCRIPTIONS[status])
+        for status in statuses
+    }
+
+
+ERROR_DESCRIPTIONS = {
+    400: "The body or a field breaks a limit, a type or an id rule: the error names the field, "
+    "the limit and its variable.",
+    401: "An API key is configured and the request carries no valid one.",
+    403: "The API key is read-only and the route writes.",
+    404: "No such job.",
+    413: "The body is over the server's size limit, or an input is too large for the device.",
+    415: "The body is not sent as `application/json`.",
+    429: "The model's queue is full; retry after `Retry-After` seconds.",
+    500: "An unexpected failure; the body holds no internals.",
+    503: "Qdrant or a model is unavailable.",
+    504: "The request waited longer than the server's request timeout.",
+}
+#: What every route that runs a model can answer besides 200.
+MODEL_ERRORS = error_responses(400, 401, 413, 415, 429, 500, 503, 504)
+
+
+CoherePriority = Annotated[
+    int | None, Meta(description="Cohere's scheduling priority: accepted and ignored.")
+]
+
+
+class ApiVersion(Struct, frozen=True, kw_only=True):
+    version: str = "2"
+
+
+TruncationDirection = Literal["Left", "Right", "left", "right"] | None
+
+_Result = TypeVar("_Result")
+
+
+async def unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[_Result]) -> _Result:
+    """Await `work`, cancelling it if the client disconnects first; the batching engines then
+    drop its queued items. (Litestar does not cancel handlers on disconnect by itself.)"""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientDisconnectedError("the client disconnected before the answer was ready")
+    return task.result()
