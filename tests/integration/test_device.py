@@ -1,4 +1,5 @@
-"""Device placement with the tiny models: fp16 on CUDA, float32 scores out."""
+"""Device placement with the tiny models: half precision on CUDA (bf16 where the GPU has it,
+else fp16, as `ragrank/device.py` says), float32 scores out."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from ragrank.settings import Settings
 
 
 @pytest.mark.gpu
-def test_on_cuda_models_run_in_fp16_and_scores_come_back_float32(
+def test_on_cuda_models_run_in_half_precision_and_scores_come_back_float32(
     tiny_embedder_path, tiny_reranker_path
 ):
     settings = Settings(
         embed_model=str(tiny_embedder_path), rerank_model=str(tiny_reranker_path), device="auto"
     )
-    assert resolve_placement(settings.device).dtype == torch.float16
+    half = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    assert resolve_placement(settings.device).dtype == half
     scorer = CrossEncoderScorer.from_settings(settings)
     passages = ["a short passage", "another, somewhat longer passage of text"]
     logits = scorer.score("query", passages)
