@@ -14,7 +14,8 @@ import pytest
 import torch
 from litestar.testing import AsyncTestClient
 
-from eval.random_models import sample_tokenizer, save_tiny_model
+from eval.bench.harness import tiny_model
+from eval.random_models import sample_tokenizer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
@@ -53,12 +54,12 @@ def build_tokenizer(folder: Path, *, use_shared: bool = True):
 
 def build_tiny_embedder(folder: Path, *, use_shared: bool = True) -> Path:
     """An e5-shaped (XLM-R) bi-encoder with mean pooling, saved for sentence-transformers."""
-    return save_tiny_model("embedder", folder, shared_tokenizer_file(use_shared=use_shared))
+    return tiny_model("embedder", folder, shared_tokenizer_file(use_shared=use_shared))
 
 
 def build_tiny_reranker(folder: Path, *, use_shared: bool = True) -> Path:
     """A bge-reranker-shaped (XLM-R, one logit) cross-encoder."""
-    return save_tiny_model("reranker", folder, shared_tokenizer_file(use_shared=use_shared))
+    return tiny_model("reranker", folder, shared_tokenizer_file(use_shared=use_shared))
 
 
 @pytest.fixture(scope="session")

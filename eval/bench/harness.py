@@ -1,10 +1,6 @@
 """What the benchmarks and the tests share: free ports, a server process, the load driver and
-its results, the benchmarks' models. Imports no torch, so the tests that only need a port or a
-server stay light.
-
-The tiny models themselves are `eval.random_models.save_tiny_models`: the tests, the client
-matrix and the short soak run serve the same shape.
-"""
+its results, the one tiny-model factory and the benchmarks' models. Imports no torch (models
+are built on first use), so the tests that only need a port or a server stay light."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import numpy as np
@@ -28,6 +24,23 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ragrank.protocols import Pair
+
+
+def tiny_model(
+    kind: Literal["embedder", "reranker"], out: Path, tokenizer_file: Path | None = None
+) -> Path:
+    """One tiny random model of the XLM-R shape (`eval.random_models.save_tiny_model`): what the
+    tests, the client matrix and the short soak run all serve."""
+    from eval.random_models import save_tiny_model
+
+    return save_tiny_model(kind, out, tokenizer_file)
+
+
+def tiny_models(out: Path, tokenizer_file: Path | None = None) -> tuple[Path, Path]:
+    """The tiny embedder and reranker, side by side in `out`."""
+    from eval.random_models import save_tiny_models
+
+    return save_tiny_models(out, tokenizer_file)
 
 
 def ragrank_command(*args: str) -> list[str]:

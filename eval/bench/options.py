@@ -107,3 +107,30 @@ class IndexBenchOptions:
     limit: int = option(1000, "documents to index")
     out: Path | None = option(None, "write the figures as JSON here")
     repeat: int = option(2, "runs of each variant, alternated; the best counts")
+
+
+#: The store benchmark's sizes, and the largest the local mode is run at by default: the local
+#: mode holds everything in Python objects and scans in numpy, and beyond this it takes many
+#: minutes per size, which is the point the table makes.
+STORE_SIZES = (10_000, 100_000, 1_000_000)
+LOCAL_MODE_MAX = 100_000
+
+
+@dataclass(frozen=True)
+class StoreBenchOptions:
+    """`make bench-store`: the embedded store at each size, Qdrant Edge against the local mode."""
+
+    sizes: tuple[int, ...] = option(STORE_SIZES, "points per run")
+    queries: int = option(200, "query vectors per size")
+    local_queries: int = option(
+        20,
+        "query vectors per size for the local mode (a filtered search of 100k points takes it "
+        "over a second)",
+    )
+    ef: int | None = option(None, "hnsw_ef", setting="hnsw_ef")
+    local_max: int = option(LOCAL_MODE_MAX, "largest size the local mode is run at (0: never)")
+    output: Path = option(Path("eval-results"), "report folder")
+    one: tuple[str, ...] | None = option(
+        None, "internal: one engine (edge or local) at one size, in a child process", metavar="X"
+    )
+    serving: Path | None = option(None, "internal: the RSS of a server process on this shard")

@@ -14,7 +14,6 @@ so this is a floor, not the default (that is set on real embeddings, see docs/de
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -29,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from eval.bench.options import StoreBenchOptions
 from ragrank.documents import Chunk
+from ragrank.options import parse_options
 from ragrank.settings import Settings
 from ragrank.store import EdgeStore, IndexTuning, ServerStore, Store
 
@@ -39,10 +40,6 @@ if TYPE_CHECKING:
 DIMENSION = 384
 LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pt", "ru", "zh")
 EF_SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
-#: The local mode holds everything in Python objects and scans in numpy: beyond this it takes
-#: many minutes per size, which is the point the table makes.
-LOCAL_MODE_MAX = 100_000
 
 
 def _batches(size: int, batch: int, seed: int = 0) -> Iterator[tuple[list[Chunk], np.ndarray]]:
@@ -241,44 +238,30 @@ def _cell(value: object) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench.store", description=__doc__)
-    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
-    parser.add_argument("--queries", type=int, default=200, help="query vectors per size")
-    parser.add_argument(
-        "--local-queries",
-        type=int,
-        default=20,
-        help="query vectors per size for the local mode (a filtered search of 100k points "
-        "takes it over a second)",
+    args = parse_options(
+        StoreBenchOptions,
+        argv,
+        prog="python -m eval.bench.store",
+        description=__doc__,
+        settings=Settings(),
     )
-    parser.add_argument("--ef", type=int, default=Settings().hnsw_ef, help="hnsw_ef (the default)")
-    parser.add_argument(
-        "--local-max",
-        type=int,
-        default=LOCAL_MODE_MAX,
-        help="largest size the local mode is run at (0: never)",
-    )
-    parser.add_argument("--output", type=Path, default=Path("eval-results"))
-    parser.add_argument("--one", nargs=2, metavar=("ENGINE", "SIZE"), help=argparse.SUPPRESS)
-    parser.add_argument("--serving", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
     if args.serving:
         print(serving_rss(args.serving, args.queries))
         return 0
+    ef = args.ef if args.ef is not None else Settings().hnsw_ef
     if args.one:
-        engine, size = args.one
-        print(json.dumps(run_one(engine, int(size), args.queries, args.ef)))
+        engine, points = args.one
+        print(json.dumps(run_one(engine, int(points), args.queries, ef)))
         return 0
-    sizes = [int(size) for size in args.sizes.split(",") if size.strip()]
     results = []
-    for size in sizes:
+    for size in args.sizes:
         for engine in ("edge", "local"):
             if engine == "local" and size > args.local_max:
                 continue
             print(f"{engine} at {size:,} points ...", file=sys.stderr, flush=True)
             command = [sys.executable, "-m", "eval.bench.store", "--one", engine, str(size)]
             queries = args.queries if engine == "edge" else min(args.queries, args.local_queries)
-            command += ["--queries", str(queries), "--ef", str(args.ef)]
+            command += ["--queries", str(queries), "--ef", str(ef)]
             done = subprocess.run(
                 command, check=True, capture_output=True, text=True, env=os.environ
             )

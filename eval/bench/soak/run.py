@@ -26,6 +26,7 @@ from eval.bench.harness import (
     ragrank_command,
     server_process,
     small_embedder,
+    tiny_models,
 )
 from eval.bench.options import SoakOptions
 from eval.bench.soak.checks import growth, jobs_done, latency, no_5xx, replay
@@ -46,9 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="ragrank-soak-"))
     if args.tiny:
-        from eval.random_models import save_tiny_models
-
-        tiny = save_tiny_models(work / "models")
+        tiny = tiny_models(work / "models")
         args = replace(args, embed_model=str(tiny[0]), rerank_model=str(tiny[1]))
     env = {
         **os.environ,
