@@ -1,5 +1,6 @@
 """The composition root: the `ragrank` command, the one package that wires the front doors
-(`server`, `indexing`, `eval`) onto the core. Nothing imports it."""
+(`server`, `indexing`, `eval`) onto the core. No package imports it; the tests drive the
+command through it."""
 
 from __future__ import annotations
 

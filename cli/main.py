@@ -431,7 +431,3 @@ COMMANDS: dict[str, _Command] = {
         _bench,
     ),
 }
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ragrank.errors import SettingsError
-from ragrank.settings import FlagGroup, Settings, env_name
+from ragrank.settings import FlagGroup, Settings, choices_of, env_name
 
 if typing.TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -138,8 +138,8 @@ def add_setting_flags(
     for field in setting_fields(group):
         kind = _unwrap_optional(hints[field.name])
         spec: dict[str, Any] = {"dest": field.name, "default": None}
-        if typing.get_origin(kind) is Literal:
-            spec["choices"] = typing.get_args(kind)
+        if choices := choices_of(kind):
+            spec["choices"] = choices
         else:
             spec["type"] = _converter(kind)
         doc = str(field.metadata["doc"]).split(";")[0].replace("`", "")

@@ -241,7 +241,7 @@ class Settings:
         " neither",
     )
     bm25_k: float = setting(1.2, "BM25's term-frequency saturation")
-    bm25_b: float = setting(0.75, "BM25's length normalisation, 0 to 1", ge=0.0, le=1.0)
+    bm25_b: float = setting(0.75, "BM25's length normalisation", ge=0.0, le=1.0)
     bm25_avg_len: float = setting(
         256.0, "the chunk length, in terms, that length normalisation is relative to"
     )
@@ -380,63 +380,56 @@ class Settings:
     )
     # A document with metadata nests four levels deep: body, `documents`, the document, `metadata`.
     max_json_depth: int = setting(
-        32, "levels of nesting of a JSON body, its arrays and objects (4 to 256)", ge=4, le=256
+        32, "levels of nesting of a JSON body, its arrays and objects", ge=4, le=256
     )
     max_json_values: int = setting(
         500_000,
-        "array items and object members in a whole JSON body (at most 10,000,000)",
+        "array items and object members in a whole JSON body",
         ge=1,
         le=10_000_000,
     )
     max_json_items: int = setting(
         20_480,
-        "items of any one array in a JSON body; at least each route's own item limit (at most "
-        "100,000)",
+        "items of any one array in a JSON body; at least each route's own item limit",
         ge=1,
         le=100_000,
     )
     # A search request has 11 fields.
-    max_json_keys: int = setting(
-        256, "members of any one object in a JSON body (16 to 10,000)", ge=16, le=10_000
-    )
+    max_json_keys: int = setting(256, "members of any one object in a JSON body", ge=16, le=10_000)
     max_json_string_chars: int = setting(
         1_000_000,
         "characters of any one string or key in a JSON body; at least each route's own "
-        "character limit (at most 10,000,000)",
+        "character limit",
         ge=1,
         le=10_000_000,
     )
-    max_query_chars: int = setting(
-        2_000, "characters of a search or rerank query (at most 20,000)", ge=1, le=20_000
-    )
+    max_query_chars: int = setting(2_000, "characters of a search or rerank query", ge=1, le=20_000)
     # A request that leaves out top_k or candidates gets their defaults, 10 and 50.
-    max_top_k: int = setting(100, "most results of a search (10 to 1,000)", ge=10, le=1_000)
-    max_candidates: int = setting(
-        500, "most chunks a search retrieves to rerank (50 to 5,000)", ge=50, le=5_000
-    )
+    max_top_k: int = setting(100, "most results of a search", ge=10, le=1_000)
+    max_candidates: int = setting(500, "most chunks a search retrieves to rerank", ge=50, le=5_000)
     max_rerank_documents: int = setting(
         1_000,
-        "documents in one `/v1/rerank` or `/rerank` request (at most 10,000)",
+        "documents in one `/v1/rerank` or `/rerank` request",
         ge=1,
         le=10_000,
     )
     max_document_chars: int = setting(
         100_000,
-        "characters of one document to rerank or text to embed (at most 1,000,000)",
+        "characters of one document to rerank or text to embed",
         ge=1,
         le=1_000_000,
     )
     max_embed_inputs: int = setting(
         2_048,
-        "texts in one embeddings request, on any of its routes (at most 20,480)",
+        "texts in one embeddings request, on any of its routes",
         ge=1,
         le=20_480,
     )
     max_ingest_documents: int = setting(
-        1_000, "documents in one `POST /v1/documents` (at most 10,000)", ge=1, le=10_000
+        1_000, "documents in one `POST /v1/documents`", ge=1, le=10_000
     )
     max_ingest_document_chars: int = setting(
-        1_000_000, "characters of one ingested document (at most 10,000,000)", ge=1, le=10_000_000
+        1_000_000, "characters of one ingested document", ge=1, le=10_000_000
     )
 
     api_keys: str = setting(
