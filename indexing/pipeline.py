@@ -15,7 +15,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Iterator, Sized
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -89,6 +89,8 @@ class Indexer:
         self._sparse = sparse
         self._sparse_stamp = sparse_stamp(sparse)
         store.ensure_collection(embedder.dimension)
+        if sparse is not None and sparse.detects:
+            metadata_indexes = tuple(dict.fromkeys((*metadata_indexes, "lang")))
         store.ensure_payload_indexes(metadata_indexes)
         # Whatever shapes the vectors: a change re-embeds every document.
         self._recipe = json.dumps(
@@ -183,11 +185,26 @@ class Indexer:
         if chunks:
             passages = [c.passage for c in chunks]
             vectors = self._embedder.embed_passages(passages)
-            lexical = None if self._sparse is None else self._sparse.documents(passages)
+            lexical = None
+            if self._sparse is not None:
+                languages = [self._sparse.language_of(c.passage, c.metadata) for c in chunks]
+                lexical = self._sparse.documents(passages, languages)
+                if self._sparse.detects:
+                    chunks = [
+                        with_language(c, lang) for c, lang in zip(chunks, languages, strict=True)
+                    ]
             stamps = {item.document.doc_id: item.stamp for item in pending}
             self.store.upsert(chunks, vectors, stamps, lexical)
         self.store.delete_tails({item.document.doc_id: item.stamp.chunks for item in pending})
         return len(chunks)
+
+
+def with_language(chunk: Chunk, language: str | None) -> Chunk:
+    """`chunk` with the language its BM25 vector was analysed in as its `lang` metadata, so
+    that filters can use it; a document that names its language keeps its own field."""
+    if language is None or "lang" in chunk.metadata or "language" in chunk.metadata:
+        return chunk
+    return replace(chunk, metadata={**chunk.metadata, "lang": language})
 
 
 def _batched(items: Iterator[Document], size: int) -> Iterator[list[Document]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,10 @@ class BeirDataset:
     qrels: Qrels
     #: SHA-256 of each file read, by file name: reports and the embedding cache key use them.
     checksums: Mapping[str, str] = field(default_factory=dict)
+    #: Each query's language, where the folder's name is a language code (XQuAD-R's `de`).
+    query_languages: Mapping[str, str] = field(default_factory=dict)
+    #: The collections a merged one was made of, in corpus order.
+    parts: tuple[BeirDataset, ...] = ()
 
     @property
     def judged_queries(self) -> dict[str, str]:
@@ -44,10 +48,13 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
         raise DocumentError(f"{root}: no corpus.jsonl or corpus.jsonl.gz")
     corpus = {doc.doc_id: doc for doc in read_jsonl_documents(corpus_path)}
     qrels_path = root / "qrels" / f"{split}.tsv"
+    queries = load_queries(root / "queries.jsonl")
+    language = _folder_language(root.name)
     return BeirDataset(
         name=root.name,
         corpus=MappingProxyType(corpus),
-        queries=MappingProxyType(load_queries(root / "queries.jsonl")),
+        queries=MappingProxyType(queries),
+        query_languages=MappingProxyType(dict.fromkeys(queries, language) if language else {}),
         qrels=MappingProxyType(load_qrels(qrels_path)),
         checksums=MappingProxyType(
             {
@@ -55,6 +62,60 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
                 for path in (corpus_path, root / "queries.jsonl", qrels_path)
             }
         ),
+    )
+
+
+def _folder_language(name: str) -> str | None:
+    """The language a folder's name is the ISO 639-1 code of (`de`, `zh`), if it is one."""
+    from ragrank.language import known_language
+
+    if len(name) not in (2, 3) or not name.isalpha():
+        return None
+    return known_language(name)
+
+
+def merge_beir(parts: Sequence[BeirDataset], relevance: str = "same") -> BeirDataset:
+    """One collection of several: every id gets its part's name as a prefix (`de/…`), so ids
+    stay unique, and queries keep their part's language.
+
+    `same`: a query's answers are its own part's. `any`: a query's answers are those of every
+    part that holds the same query id, the parallel translations of one question set, so a
+    German question is answered by the English passage too.
+    """
+    if relevance not in ("same", "any"):
+        raise ValueError(f"relevance must be same or any, not {relevance!r}")
+    names = [part.name for part in parts]
+    if len(set(names)) != len(names):
+        raise DocumentError(f"merged folders need distinct names, got {', '.join(names)}")
+    corpus: dict[str, Document] = {}
+    queries: dict[str, str] = {}
+    languages: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for doc_id, document in part.corpus.items():
+            corpus[f"{part.name}/{doc_id}"] = replace(document, doc_id=f"{part.name}/{doc_id}")
+        for qid, text in part.queries.items():
+            queries[f"{part.name}/{qid}"] = text
+            if qid in part.query_languages:
+                languages[f"{part.name}/{qid}"] = part.query_languages[qid]
+        for qid in part.qrels:
+            sources = [p for p in parts if qid in p.qrels] if relevance == "any" else [part]
+            qrels[f"{part.name}/{qid}"] = {
+                f"{source.name}/{doc_id}": grade
+                for source in sources
+                for doc_id, grade in source.qrels[qid].items()
+            }
+    checksums = {
+        f"{part.name}/{file}": digest for part in parts for file, digest in part.checksums.items()
+    }
+    return BeirDataset(
+        name=f"merged-{relevance}",
+        corpus=MappingProxyType(corpus),
+        queries=MappingProxyType(queries),
+        qrels=MappingProxyType(qrels),
+        checksums=MappingProxyType(checksums),
+        query_languages=MappingProxyType(languages),
+        parts=tuple(parts),
     )
 
 

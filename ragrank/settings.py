@@ -236,9 +236,18 @@ class Settings:
         "change re-indexes",
     )
     bm25_language: str = setting(
-        "english",
-        "stopwords and Snowball stemmer of `bm25` (a language name, e.g. `german`), or `none` for"
-        " neither",
+        "auto",
+        "stopwords and Snowball stemmer of `bm25`: `auto` analyses each chunk and query in its "
+        "own language (a document's `lang` or `language` metadata, else identified from the "
+        "text), a language name (e.g. `german`) analyses everything as that one, `none` uses "
+        "neither (see [multilingual BM25](retrieval.md#every-language-its-own-bm25))",
+    )
+    bm25_query_confidence: float = setting(
+        0.5,
+        "with `auto`, the probability a query's likeliest language needs for its words to be "
+        "analysed as that language alone; below it, as both of the two likeliest",
+        ge=0.0,
+        le=1.0,
     )
     bm25_k: float = setting(1.2, "BM25's term-frequency saturation")
     bm25_b: float = setting(0.75, "BM25's length normalisation", ge=0.0, le=1.0)

@@ -7,7 +7,9 @@ import hashlib
 import json
 import uuid
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from ragrank.documents import Candidate, Chunk, MetadataValue, passage_text
@@ -235,6 +237,10 @@ class Store(ABC):
         keeping their dense vectors."""
 
     @abstractmethod
+    def _set_metadata(self, ids: Sequence[str], values: Mapping[str, Any]) -> None:
+        """Merge `values` into the `metadata` of existing points."""
+
+    @abstractmethod
     def write_points(self, points: Sequence[StoredPoint]) -> None:
         """Write points exactly as given (ids, vectors and payloads), as a migration does."""
 
@@ -316,7 +322,8 @@ class Store(ABC):
         batch: int = 256,
         progress: Callable[[int], object] | None = None,
     ) -> int:
-        """Give every point a BM25 vector computed from its stored text (and stamp it so),
+        """Give every point a BM25 vector computed from its stored text (and stamp it so, and
+        with a per-language encoder record each chunk's language as its `lang` metadata),
         declaring the sparse vector first if the collection lacks it; dense vectors are kept.
         Rerunning it finishes an interrupted run. `progress(n)` is told each batch's size.
         Returns the number of points."""
@@ -324,16 +331,35 @@ class Store(ABC):
             self._create_sparse()
         stamp = sparse_stamp(encoder)
         done = 0
-        for page in self._pages(None, ["text", "title"], vectors=False, batch=batch):
+        for page in self._pages(None, ["text", "title", "metadata"], vectors=False, batch=batch):
             texts = [
                 passage_text(str(p.payload.get("title") or ""), str(p.payload.get("text") or ""))
                 for p in page
             ]
-            self._set_sparse([p.id for p in page], encoder.documents(texts), {"sparse": stamp})
+            metadata = [dict(p.payload.get("metadata") or {}) for p in page]
+            languages = [encoder.language_of(t, m) for t, m in zip(texts, metadata, strict=True)]
+            vectors = encoder.documents(texts, languages)
+            self._set_sparse([p.id for p in page], vectors, {"sparse": stamp})
+            if encoder.detects:
+                # As indexing does: a point whose document names its language keeps it.
+                unnamed: dict[str, list[str]] = {}
+                for point, meta, language in zip(page, metadata, languages, strict=True):
+                    if language and "lang" not in meta and "language" not in meta:
+                        unnamed.setdefault(language, []).append(point.id)
+                for language, ids in unnamed.items():
+                    self._set_metadata(ids, {"lang": language})
             done += len(page)
             if progress is not None:
                 progress(len(page))
         return done
+
+    def usual_sparse_stamp(self, sample: int = 256) -> str | None:
+        """The sparse stamp most of the first `sample` points carry (None when empty): what
+        made the collection's BM25 vectors."""
+        stamps: Counter[str] = Counter()
+        for payload in islice(self._scroll(None, ["sparse"]), sample):
+            stamps[str(payload.get("sparse", ""))] += 1
+        return stamps.most_common(1)[0][0] if stamps else None
 
     def points(self, batch: int = 256) -> Iterator[list[StoredPoint]]:
         """Every point with its vector and payload, in batches."""

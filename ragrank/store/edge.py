@@ -180,6 +180,14 @@ class EdgeStore(Store):
             self._call("update", edge.UpdateOperation.update_vectors(points))
             self._call("update", edge.UpdateOperation.set_payload(list(ids), dict(payload)))
             self._call("flush")
+
+    def _set_metadata(self, ids: Sequence[str], values: Mapping[str, Any]) -> None:
+        if not ids:
+            return
+        with self._write_lock:
+            operation = edge.UpdateOperation.set_payload(list(ids), dict(values), key="metadata")
+            self._call("update", operation)
+            self._call("flush")
             self._deleted = True  # points of built segments are rewritten elsewhere
 
     def _open(self) -> edge.EdgeShard:

@@ -4,11 +4,15 @@ from `Settings` and returns what it did, so the command line only prints."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ragrank.errors import RagrankError, StoreError
+from ragrank.language import ANALYSERS
 from ragrank.settings import env_name
+from ragrank.sparse import QdrantBm25
+from ragrank.store.base import sparse_stamp
 from ragrank.store.edge import EdgeStore
 from ragrank.store.legacy import legacy_collections
 from ragrank.store.server import ServerStore
@@ -18,7 +22,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ragrank.settings import Settings
+    from ragrank.sparse import SparseEncoder
     from ragrank.store.base import Store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,33 @@ def add_sparse_vectors(
         finally:
             store.close()
     return done
+
+
+def indexed_sparse_encoder(store: Store, encoder: SparseEncoder | None) -> SparseEncoder | None:
+    """The encoder queries must use to meet the collection's BM25 vectors: `encoder`, unless
+    the collection was indexed with Qdrant's BM25 in one fixed language and `encoder` would
+    analyse differently. Then queries keep that language until the collection is re-indexed,
+    and the log says so once."""
+    if not isinstance(encoder, QdrantBm25):
+        return encoder
+    stamp = store.usual_sparse_stamp()
+    if stamp is None or stamp == sparse_stamp(encoder):
+        return encoder
+    for language in ("none", *ANALYSERS.values()):
+        fixed = QdrantBm25(encoder.params, language)
+        if sparse_stamp(fixed) == stamp:
+            log.warning(
+                "collection %r was indexed with BM25 language %r: queries are analysed as %r "
+                "until it is re-indexed; `ragrank store add-sparse` recomputes its BM25 vectors "
+                "as %s=%s without re-embedding",
+                store.collection,
+                language,
+                language,
+                env_name("bm25_language"),
+                encoder.language,
+            )
+            return fixed
+    return encoder
 
 
 @dataclass(frozen=True)

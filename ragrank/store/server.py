@@ -147,6 +147,18 @@ class ServerStore(Store):
             wait=True,
         )
 
+    def _set_metadata(self, ids: Sequence[str], values: Mapping[str, Any]) -> None:
+        if not ids:
+            return
+        self._call(
+            self._client.set_payload,
+            self.collection,
+            payload=dict(values),
+            points=list(ids),
+            key="metadata",
+            wait=True,
+        )
+
     def _create_collection(self, dimension: int) -> None:
         self._client.create_collection(
             self.collection,

@@ -67,7 +67,7 @@ def test_an_old_folder_is_recognised_and_migrated_without_loss(
         stored = store.stored_documents(["d14"])["d14"]
         assert stored.holds_version("h14", "/docs", sparse_stamp(encoder))
         assert encoder is not None
-        lexical = store.search(None, 3, sparse=encoder.query("t42"))
+        lexical = store.search(None, 3, sparse=encoder.query("t42").vector)
         assert [h.chunk.text for h in lexical][:1] == ["t42"]
         assert store.documents_from("/docs") == {f"d{i}" for i in range(100)}
     finally:

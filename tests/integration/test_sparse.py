@@ -35,7 +35,9 @@ def test_subword_weights_count_the_tokenizer_ids(tiny_embedder_path: Path):
         tf = ids.count(term)
         assert weight == pytest.approx(tf * 2.2 / (tf + 1.2 * norm))
     assert set(vector.indices) == set(ids)
-    assert encoder.query(text) == SparseVector(tuple(sorted(set(ids))), (1.0,) * len(set(ids)))
+    assert encoder.query(text).vector == SparseVector(
+        tuple(sorted(set(ids))), (1.0,) * len(set(ids))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_the_vectors_of_any_text_are_valid_for_qdrant(
     one_point_store: Store, encoders, text: str, kind: str
 ):
     encoder = encoders[kind]
-    for vector in (*encoder.documents([text]), encoder.query(text)):
+    for vector in (*encoder.documents([text]), encoder.query(text).vector):
         assert len(vector.indices) == len(vector.values)
         assert all(a < b for a, b in zip(vector.indices, vector.indices[1:], strict=False))
         assert all(0 <= i < 2**32 for i in vector.indices)
@@ -76,5 +78,5 @@ def test_the_vectors_of_any_text_are_valid_for_qdrant(
     # Each example overwrites the one point, then finds it by hybrid search.
     chunk = Chunk(doc_id="x", chunk_index=0, text=text)
     one_point_store.upsert([chunk], np.ones((1, 2), np.float32), sparse=encoder.documents([text]))
-    hits = one_point_store.search(np.ones(2, np.float32), 5, sparse=encoder.query(text))
+    hits = one_point_store.search(np.ones(2, np.float32), 5, sparse=encoder.query(text).vector)
     assert [h.chunk.doc_id for h in hits] == ["x"]

@@ -77,21 +77,21 @@ def hand_bm25(query: str, corpus: dict[str, str]) -> dict[str, float]:
 
 
 def test_document_weights_are_bm25_term_frequencies():
-    encoder = QdrantBm25(PARAMS)
+    encoder = QdrantBm25(PARAMS, "english")
     (vector,) = encoder.documents(["quartz granite quartz"])
     # Two distinct terms in a 3-term document: tf 2 and tf 1.
     norm = 1 - 0.75 + 0.75 * 3 / 4.0
     expected = sorted([2 * 2.2 / (2 + 1.2 * norm), 1 * 2.2 / (1 + 1.2 * norm)])
     assert sorted(vector.values) == pytest.approx(expected)
     assert list(vector.indices) == sorted(vector.indices)
-    query = encoder.query("quartz quartz granite")
+    query = encoder.query("quartz quartz granite").vector
     assert query.values == (1.0, 1.0) and set(query.indices) == set(vector.indices)
 
 
 def test_sparse_search_scores_are_bm25_with_qdrant_idf(store: Store):
-    encoder = QdrantBm25(PARAMS)
+    encoder = QdrantBm25(PARAMS, "english")
     _index(store, CORPUS, encoder)
-    hits = store.search(None, 10, sparse=encoder.query("basalt quartz"))
+    hits = store.search(None, 10, sparse=encoder.query("basalt quartz").vector)
     found = {hit.chunk.doc_id: hit.retrieval_score for hit in hits}
     assert found == pytest.approx(hand_bm25("basalt quartz", CORPUS), rel=1e-4)
 
@@ -99,7 +99,7 @@ def test_sparse_search_scores_are_bm25_with_qdrant_idf(store: Store):
 def test_idf_follows_updates_and_deletes(store: Store):
     """Qdrant counts the points a segment still holds, deleted ones included, until the
     segment is rebuilt: the store's build after writes (as `ragrank index` ends) rebuilds it."""
-    encoder = QdrantBm25(PARAMS)
+    encoder = QdrantBm25(PARAMS, "english")
     _index(store, CORPUS, encoder)
     store.optimize()
     changed = {**CORPUS, "b": "pumice obsidian"}
@@ -107,14 +107,14 @@ def test_idf_follows_updates_and_deletes(store: Store):
     store.delete_tails({"b": 1})
     store.optimize()
     query = "basalt pumice"
-    hits = store.search(None, 10, sparse=encoder.query(query))
+    hits = store.search(None, 10, sparse=encoder.query(query).vector)
     assert {h.chunk.doc_id: h.retrieval_score for h in hits} == pytest.approx(
         hand_bm25(query, changed), rel=1e-4
     )
     store.delete_documents(["c"])
     store.optimize()
     remaining = {k: v for k, v in changed.items() if k != "c"}
-    hits = store.search(None, 10, sparse=encoder.query(query))
+    hits = store.search(None, 10, sparse=encoder.query(query).vector)
     assert {h.chunk.doc_id: h.retrieval_score for h in hits} == pytest.approx(
         hand_bm25(query, remaining), rel=1e-4
     )
@@ -124,11 +124,11 @@ def test_idf_follows_updates_and_deletes(store: Store):
     ("k", "weights"), [(2, (1.0, 1.0)), (60, (1.0, 1.0)), (60, (2.0, 1.0)), (10, (1.0, 0.5))]
 )
 def test_rrf_fuses_as_hand_fused(store: Store, k: int, weights: tuple[float, float]):
-    encoder = QdrantBm25(PARAMS)
+    encoder = QdrantBm25(PARAMS, "english")
     texts = {f"d{i}": " ".join(["granite"] * (i % 3 + 1) + ["basalt"] * (i % 4)) for i in range(12)}
     _index(store, texts, encoder, seed=3)
     query_vector = np.random.default_rng(9).normal(size=4).astype(np.float32)
-    query_sparse = encoder.query("granite basalt")
+    query_sparse = encoder.query("granite basalt").vector
     limit = 6
     dense = [h.chunk.doc_id for h in store.search(query_vector, limit)]
     lexical = [h.chunk.doc_id for h in store.search(None, limit, sparse=query_sparse)]
@@ -146,7 +146,7 @@ def test_rrf_fuses_as_hand_fused(store: Store, k: int, weights: tuple[float, flo
 
 
 def test_hybrid_applies_the_filter_to_both_lists(store: Store):
-    encoder = QdrantBm25(PARAMS)
+    encoder = QdrantBm25(PARAMS, "english")
     store.ensure_collection(4)
     chunks = [
         Chunk(doc_id=f"d{i}", chunk_index=0, text="granite basalt", metadata={"lang": lang})
@@ -154,7 +154,7 @@ def test_hybrid_applies_the_filter_to_both_lists(store: Store):
     ]
     vectors = np.ones((10, 4), dtype=np.float32) / 2
     store.upsert(chunks, vectors, sparse=encoder.documents([c.passage for c in chunks]))
-    hits = store.search(vectors[0], 10, {"lang": "de"}, sparse=encoder.query("granite"))
+    hits = store.search(vectors[0], 10, {"lang": "de"}, sparse=encoder.query("granite").vector)
     assert len(hits) == 5 and all(h.chunk.metadata["lang"] == "de" for h in hits)
 
 
@@ -176,10 +176,10 @@ def test_an_old_collection_is_refused_with_the_command_that_adds_sparse(
         current.ensure_collection(4)
     with pytest.raises(SparseVectorsMissingError, match="RAGRANK_SPARSE=none"):
         current.search(vectors[0], 3, sparse=SparseVector((1,), (1.0,)))
-    encoder = QdrantBm25(PARAMS)
+    encoder = QdrantBm25(PARAMS, "english")
     assert current.add_sparse(encoder) == 3
     current.ensure_collection(4)
-    hits = current.search(None, 10, sparse=encoder.query("basalt quartz"))
+    hits = current.search(None, 10, sparse=encoder.query("basalt quartz").vector)
     assert {h.chunk.doc_id: h.retrieval_score for h in hits} == pytest.approx(
         hand_bm25("basalt quartz", CORPUS), rel=1e-4
     )
@@ -198,11 +198,12 @@ def test_store_add_sparse_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     old.close()
     monkeypatch.setenv("RAGRANK_QDRANT_PATH", str(tmp_path / "q"))
     monkeypatch.setenv("RAGRANK_BM25_AVG_LEN", "4")
+    monkeypatch.setenv("RAGRANK_BM25_LANGUAGE", "english")
     assert main(["store", "add-sparse", "--no-progress"]) == 0
     assert "3 points" in capsys.readouterr().out
     store = EdgeStore(tmp_path / "q", "ragrank")
     store.ensure_collection(4)
-    hits = store.search(None, 10, sparse=QdrantBm25(PARAMS).query("obsidian"))
+    hits = store.search(None, 10, sparse=QdrantBm25(PARAMS, "english").query("obsidian").vector)
     assert [h.chunk.doc_id for h in hits] == ["c"]
     store.close()
 
@@ -218,4 +219,4 @@ def test_sparse_settings_are_checked():
     assert sparse_encoder(Settings()).recipe != sparse_encoder(Settings(bm25_k=2.0)).recipe  # type: ignore[union-attr]
 
 
-_ENCODERS = {"bm25": QdrantBm25(Bm25Params()), "none": QdrantBm25(Bm25Params(), "none")}
+_ENCODERS = {"bm25": QdrantBm25(Bm25Params(), "english"), "none": QdrantBm25(Bm25Params(), "none")}
