@@ -10,7 +10,7 @@ import math
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
@@ -27,8 +27,9 @@ from ragrank.errors import (
 )
 from ragrank.protocols import Embedder, Scorer, relevance
 from ragrank.settings import Settings, env_name
-from ragrank.sparse import SparseEncoder, SparseVector, sparse_encoder
+from ragrank.sparse import SparseEncoder, SparseQuery, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
+from ragrank.store.maintenance import indexed_sparse_encoder
 from ragrank.tokens import WindowPlan
 from server.batching import BatchEngine, EngineLimits
 from server.metrics import RERANK_FALLBACKS
@@ -80,6 +81,8 @@ class Services:
         store = open_store(settings)
         try:
             store.ensure_collection(embedder.dimension)
+            # A collection indexed in one fixed language answers in it until re-indexed.
+            sparse = indexed_sparse_encoder(store, sparse)
             # An embedded store builds its index here, before the server answers anything:
             # the build stops every thread of the process (see ragrank/store/edge.py).
             store.optimize()
@@ -95,6 +98,8 @@ class ScoredHit:
     score: float
     #: 1-based position in the first stage's order, before any reranking.
     retrieval_rank: int
+    #: The words of the hit's text that BM25 matched, when asked for.
+    matched: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ class SearchOutcome:
     retrieval: str = "dense"
     #: Why the hits are in first-stage order though `rerank="auto"` asked for reranking.
     rerank_error: str | None = None
+    #: The language(s) the query's BM25 terms were analysed in, when they were.
+    sparse_language: str | None = None
 
 
 class SearchService:
@@ -204,10 +211,14 @@ class SearchService:
         rrf_k: int | None = None,
         dense_weight: float | None = None,
         sparse_weight: float | None = None,
+        language: str | None = None,
+        highlight: bool = False,
     ) -> SearchOutcome:
         """`retrieval`, `fusion`, `rrf_k` and the two weights default to the settings.
         `rerank="auto"` reranks when the reranker can, and otherwise returns first-stage order
-        and says why (`rerank_error`) instead of failing the request."""
+        and says why (`rerank_error`) instead of failing the request. `language` names the
+        query's language for BM25 (else it is identified); `highlight` lists each hit's words
+        that BM25 matched."""
         store = self.services.store
         retrieval = retrieval or self._retrieval
         fusing = Fusion(
@@ -225,17 +236,45 @@ class SearchService:
             )
             vector = (await self.embed_engine.submit(inputs))[0]
         embedded = time.perf_counter()
-        lexical = None if retrieval == "dense" else await self._sparse_query(query, retrieval)
+        analysed = None
+        if retrieval != "dense" or (highlight and self.services.sparse is not None):
+            analysed = await self._sparse_query(query, retrieval, language)
+        lexical = None if retrieval == "dense" or analysed is None else analysed.vector
         encoded = time.perf_counter()
         retrieved = await self._in_store_thread(
             lambda: store.search(vector, candidates, where, sparse=lexical, fusion=fusing)
         )
         fetched = time.perf_counter()
         hits = [ScoredHit(c, c.retrieval_score, rank) for rank, c in enumerate(retrieved, 1)]
+        hits, rerank_error = await self._reranked(query, hits, rerank)
+        hits = hits[:top_k]
+        if highlight and analysed is not None:
+            hits = await self._highlighted(hits, analysed)
+        finished = time.perf_counter()
+        return SearchOutcome(
+            hits=hits,
+            reranked=bool(rerank) and rerank_error is None,
+            retrieval=retrieval,
+            rerank_error=rerank_error,
+            sparse_language=None if analysed is None else analysed.language,
+            timings_ms={
+                "embed": (embedded - started) * 1000,
+                "sparse": (encoded - embedded) * 1000,
+                "retrieve": (fetched - encoded) * 1000,
+                "rerank": (finished - fetched) * 1000,
+                "total": (finished - started) * 1000,
+            },
+        )
+
+    async def _reranked(
+        self, query: str, hits: list[ScoredHit], rerank: bool | Literal["auto"]
+    ) -> tuple[list[ScoredHit], str | None]:
+        """`hits` in the reranker's order, or as they came with the reason when `rerank="auto"`
+        and the reranker could not run."""
         rerank_error = None
-        if rerank and retrieved:
+        if rerank and hits:
             try:
-                reranked = await self.rerank(query, [c.chunk.passage for c in retrieved])
+                reranked = await self.rerank(query, [h.candidate.chunk.passage for h in hits])
             except RERANK_FAILURES as exc:
                 if rerank != "auto":
                     raise
@@ -250,22 +289,26 @@ class SearchService:
                 ]
                 # A stable sort keeps cosine order among equal rerank scores.
                 hits.sort(key=lambda hit: hit.score, reverse=True)
-        finished = time.perf_counter()
-        return SearchOutcome(
-            hits=hits[:top_k],
-            reranked=bool(rerank) and rerank_error is None,
-            retrieval=retrieval,
-            rerank_error=rerank_error,
-            timings_ms={
-                "embed": (embedded - started) * 1000,
-                "sparse": (encoded - embedded) * 1000,
-                "retrieve": (fetched - encoded) * 1000,
-                "rerank": (finished - fetched) * 1000,
-                "total": (finished - started) * 1000,
-            },
+        return hits, rerank_error
+
+    async def _highlighted(self, hits: list[ScoredHit], query: SparseQuery) -> list[ScoredHit]:
+        """Each hit with the words of its text that the query's BM25 terms match."""
+        encoder = self.services.sparse
+        assert encoder is not None
+
+        def words(hit: ScoredHit) -> ScoredHit:
+            chunk = hit.candidate.chunk
+            language = encoder.language_of(chunk.passage, chunk.metadata)
+            return replace(hit, matched=tuple(encoder.matches(query, chunk.text, language)))
+
+        loop = asyncio.get_running_loop()
+        return list(
+            await loop.run_in_executor(self.host_pool, lambda: [words(hit) for hit in hits])
         )
 
-    async def _sparse_query(self, query: str, retrieval: str) -> SparseVector:
+    async def _sparse_query(
+        self, query: str, retrieval: str, language: str | None = None
+    ) -> SparseQuery:
         """The query's BM25 vector, on a host thread (it tokenises)."""
         encoder = self.services.sparse
         if encoder is None:
@@ -275,7 +318,7 @@ class SearchService:
                 field="retrieval",
             )
         return await asyncio.get_running_loop().run_in_executor(
-            self.host_pool, encoder.query, query
+            self.host_pool, encoder.query, query, language
         )
 
     async def rerank(

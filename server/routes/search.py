@@ -8,6 +8,8 @@ from litestar import Request, post
 from litestar.status_codes import HTTP_200_OK
 from msgspec import Meta, Struct
 
+from ragrank.errors import InvalidRequestError
+from ragrank.language import known_language
 from server.limits import length_limit, value_limit
 from server.routes.shared import MODEL_ERRORS, NON_BLANK, ModelName, unless_disconnected
 from server.services import SearchService
@@ -112,10 +114,28 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         ]
         | None
     ) = None
+    language: (
+        Annotated[
+            str,
+            Meta(
+                min_length=2,
+                max_length=16,
+                pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})?$",
+                description="The query's language for BM25, an ISO 639-1 code such as `de` "
+                "(its stopwords and stemmer when Qdrant's BM25 has them); absent: identified "
+                "from the query. Used with RAGRANK_BM25_LANGUAGE=auto.",
+            ),
+        ]
+        | None
+    ) = None
+    highlight: Annotated[
+        bool,
+        Meta(description="List each result's words that the query's BM25 terms matched."),
+    ] = False
     model: ModelName = None
 
 
-class SearchHit(Struct, frozen=True, kw_only=True):
+class SearchHit(Struct, frozen=True, kw_only=True, omit_defaults=True):
     rank: int
     doc_id: str
     chunk: int
@@ -143,6 +163,13 @@ class SearchHit(Struct, frozen=True, kw_only=True):
             "reranking moved it."
         ),
     ]
+    matched: Annotated[
+        list[str] | None,
+        Meta(
+            description="With `highlight`, the words of `text` that BM25 matched (the query's "
+            "stems, not its stopwords), each once."
+        ),
+    ] = None
 
 
 class Timings(Struct, frozen=True, kw_only=True):
@@ -164,6 +191,14 @@ class SearchResponse(Struct, frozen=True, kw_only=True):
         str | None,
         Meta(description="With `rerank: auto`, why the results are in the first stage's order."),
     ] = None
+    sparse_language: Annotated[
+        str | None,
+        Meta(
+            description="The language the query's BM25 terms were analysed in: an ISO 639-1 "
+            "code, two joined by `+` when the query's language was uncertain; absent when BM25 "
+            "did not run or applies no language."
+        ),
+    ] = None
 
 
 @post("/v1/search", status_code=HTTP_200_OK, tags=["search"], responses=MODEL_ERRORS)
@@ -171,6 +206,15 @@ async def search(
     data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> SearchResponse:
     """Retrieve `candidates` chunks (dense, BM25 or hybrid), rerank them, return `top_k`."""
+    language = None
+    if data.language is not None:
+        language = known_language(data.language)
+        if language is None:
+            raise InvalidRequestError(
+                f"language={data.language!r} is not a language ragrank knows: use an ISO 639-1 "
+                "code such as en, de or zh",
+                field="language",
+            )
     outcome = await unless_disconnected(
         request,
         search_service.search(
@@ -184,6 +228,8 @@ async def search(
             rrf_k=data.rrf_k,
             dense_weight=data.dense_weight,
             sparse_weight=data.sparse_weight,
+            language=language,
+            highlight=data.highlight,
         ),
     )
     return SearchResponse(
@@ -198,6 +244,7 @@ async def search(
                 score=hit.score,
                 retrieval_score=hit.candidate.retrieval_score,
                 retrieval_rank=hit.retrieval_rank,
+                matched=None if hit.matched is None else list(hit.matched),
             )
             for rank, hit in enumerate(outcome.hits, start=1)
         ],
@@ -205,6 +252,7 @@ async def search(
         retrieval=outcome.retrieval,
         timings_ms=Timings(**outcome.timings_ms),
         rerank_error=outcome.rerank_error,
+        sparse_language=outcome.sparse_language,
     )
 
 

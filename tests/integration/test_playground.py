@@ -200,7 +200,7 @@ def test_both_columns_show_what_the_api_returns_with_labels_and_moves(page: Page
         shown = float(page.get_attribute(f"#{column}-ndcg", "data-value") or "nan")
         assert shown == pytest.approx(_ndcg10(qrels, _hit_keys(answer)), abs=1e-9)
     assert page.is_visible("#first-list .relevant"), "the first stage finds a labelled document"
-    # Query terms highlighted; timings as a stacked bar of the stages that ran.
+    # The words BM25 matched highlighted, whole; timings as a stacked bar of the stages that ran.
     highlighted = page.eval_on_selector_all("mark", "l => l.map(e => e.textContent.toLowerCase())")
     assert highlighted and set(highlighted) <= {"why", "are", "leaves", "green"}
     stages = page.eval_on_selector_all(".bar span", "l => l.map(e => e.className)")
@@ -208,6 +208,26 @@ def test_both_columns_show_what_the_api_returns_with_labels_and_moves(page: Page
     # The key lives in the tab's session only.
     assert page.evaluate("sessionStorage.getItem('ragrank-api-key')") == KEY
     assert page.evaluate("localStorage.length") == 0
+
+
+def test_marks_are_the_whole_words_whose_stems_bm25_matched(page: Page, served: str):
+    """A German query: "Länder" and "Donau" are marked where the server says BM25 met their
+    stems; "die" is a stopword, and "der" is never marked inside another word."""
+    query = "Durch welche Länder fließt die Donau?"
+    assert _search(page, query, top_k="5", candidates="20") == "done"
+    answer = _api(served, query=query, top_k=5, candidates=20, rerank=False, highlight=True)
+    assert answer["sparse_language"] == "de"
+    for position, hit in enumerate(answer["results"], start=1):
+        marks = page.eval_on_selector_all(
+            f"#first-list .hit:nth-child({position}) mark", "l => l.map(e => e.textContent)"
+        )
+        assert {m.lower() for m in marks} == {w.lower() for w in hit["matched"]}, hit["doc_id"]
+    donau = page.eval_on_selector_all(
+        '#first-list .hit[data-doc-id="rivers-de-2"] mark', "l => l.map(e => e.textContent)"
+    )
+    assert {"Länder", "Donau"} <= set(donau)
+    every_mark = page.eval_on_selector_all("mark", "l => l.map(e => e.textContent.toLowerCase())")
+    assert "die" not in every_mark and "der" not in every_mark
 
 
 def test_the_filter_narrows_both_columns_and_bad_values_show_the_apis_message(

@@ -118,7 +118,7 @@ async def test_rerank_false_returns_the_first_stage_as_the_store_gives_it(
     assert scores == sorted(scores, reverse=True)
     assert [hit["score"] for hit in body["results"]] == scores
     vector = services.embedder.embed_queries([QUERY])[0]
-    lexical = services.sparse.query(QUERY)
+    lexical = services.sparse.query(QUERY).vector
     direct = {
         "dense": lambda: services.store.search(vector, 10),
         "sparse": lambda: services.store.search(None, 10, sparse=lexical),
@@ -150,3 +150,26 @@ async def test_health_ready_and_schema(client, settings):
     assert request["query"]["maxLength"] == 2000 and request["query"]["minLength"] == 1
     assert request["top_k"]["maximum"] == 100 and request["top_k"]["minimum"] == 1
     assert request["candidates"]["maximum"] == 500
+
+
+async def test_the_query_language_is_identified_named_and_reported_with_matched_words(client):
+    body = await _search(
+        client,
+        query="Durch welche Länder fließt die Donau?",
+        retrieval="sparse",
+        rerank=False,
+        highlight=True,
+    )
+    assert body["sparse_language"] == "de"
+    top = body["results"][0]
+    assert top["doc_id"] == "rivers-de-2"
+    # Whole words by stem: "fließt" meets "fließt", "Länder" meets "Länder"; "die" is a stopword.
+    assert {"Länder", "Donau"} <= set(top["matched"]) and "die" not in top["matched"]
+    named = await _search(client, query="Donau", language="de", retrieval="sparse", rerank=False)
+    assert named["sparse_language"] == "de" and "matched" not in named["results"][0]
+
+
+async def test_an_unknown_query_language_is_refused_naming_the_field(client):
+    response = await client.post("/v1/search", json={"query": "Donau", "language": "zz"})
+    assert response.status_code == 400
+    assert "language" in response.text and "ISO 639-1" in response.text

@@ -150,35 +150,38 @@ function requestBody() {
   return body;
 }
 
-// ---- highlighting the query's terms ----
+// ---- highlighting the words BM25 matched ----
+//
+// Whole words only, from the browser's own word boundaries (Intl.Segmenter): a search asks
+// for `highlight`, and the server lists each hit's words whose stems met the query's BM25
+// terms, analysed in the same language it searched with (so stopwords are never marked, and
+// "Kinder" is marked for "Kind"). Without that list (a server keeping dense vectors only),
+// the query's own words of three letters or more are marked where they occur whole.
+
+const words = new Intl.Segmenter(undefined, { granularity: "word" });
 
 function queryTerms(query) {
   const terms = new Set();
-  const segmenter = new Intl.Segmenter(undefined, { granularity: "word" });
-  for (const { segment, isWordLike } of segmenter.segment(query)) {
+  for (const { segment, isWordLike } of words.segment(query)) {
     const cjk = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]/u.test(segment);
     if (isWordLike && (segment.length >= 3 || (cjk && segment.length >= 1))) {
       terms.add(segment.toLocaleLowerCase());
     }
   }
-  return [...terms].sort((a, b) => b.length - a.length);
+  return terms;
 }
 
-function highlighted(text, terms) {
+function highlighted(text, matched, terms) {
   const paragraph = element("p", "text");
-  if (!terms.length) {
-    paragraph.textContent = text;
-    return paragraph;
+  const marked = matched ? new Set(matched.map((word) => word.toLocaleLowerCase())) : terms;
+  for (const { segment, isWordLike } of words.segment(text)) {
+    if (isWordLike && marked.has(segment.toLocaleLowerCase())) {
+      paragraph.append(element("mark", "", segment));
+    } else {
+      paragraph.append(document.createTextNode(segment));
+    }
   }
-  const escaped = terms.map((term) => term.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
-  const pattern = new RegExp(`(${escaped.join("|")})`, "giu");
-  let last = 0;
-  for (const match of text.matchAll(pattern)) {
-    paragraph.append(document.createTextNode(text.slice(last, match.index)));
-    paragraph.append(element("mark", "", match[0]));
-    last = match.index + match[0].length;
-  }
-  paragraph.append(document.createTextNode(text.slice(last)));
+  paragraph.normalize();
   return paragraph;
 }
 
@@ -226,7 +229,7 @@ function renderHit(hit, position, terms, relevant, moveNode, scoreText) {
     head.append(mark);
   }
   head.append(element("span", "score", scoreText));
-  item.append(head, highlighted(hit.text, terms), element("p", "meta", metadataLine(hit)));
+  item.append(head, highlighted(hit.text, hit.matched, terms), element("p", "meta", metadataLine(hit)));
   if (moveNode) item.append(moveNode);
   return item;
 }
@@ -367,8 +370,8 @@ async function search(event) {
     // The same body twice: first-stage order, then reranked. `auto` falls back to the first
     // stage's order when the reranker cannot answer, and says why.
     const [first, reranked] = await Promise.all([
-      call("POST", "/v1/search", { ...body, rerank: false }),
-      call("POST", "/v1/search", { ...body, rerank: "auto" }),
+      call("POST", "/v1/search", { ...body, rerank: false, highlight: true }),
+      call("POST", "/v1/search", { ...body, rerank: "auto", highlight: true }),
     ]);
     const labels = await labelsFor(body.query);
     const notice = $("rerank-notice");
