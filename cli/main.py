@@ -290,6 +290,7 @@ def _eval(args: argparse.Namespace) -> int:
         options,
         target.output or default_output(),
         baseline_embed_model=target.baseline_embed_model,
+        merge=target.merge,
     )
 
 

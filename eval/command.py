@@ -37,12 +37,14 @@ def run_eval(
     datasets: Sequence[Path],
     options: EvalOptions,
     output: Path,
+    *,
     baseline_embed_model: str | None = None,
+    merge: Sequence[Path] = (),
 ) -> int:
-    """Evaluate each dataset with the configured models; `baseline_embed_model` adds that
-    embedder's cosine run as the baseline of the configured embedder (with its own default
-    prefixes)."""
-    for path in datasets:
+    """Evaluate each dataset with the configured models, then the `merge` folders as one
+    collection; `baseline_embed_model` adds that embedder's cosine run as the baseline of the
+    configured embedder (with its own default prefixes)."""
+    for path in (*datasets, *merge):
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
     embedder = SentenceTransformerEmbedder.from_settings(settings)
@@ -67,9 +69,10 @@ def run_eval(
             store_factory(settings, sparse_stamp(sparse)),
             baseline_embedder=baseline,
             sparse=sparse,
+            merge=merge,
         )
     )
-    config = _config(settings, datasets, options, scorer is not None)
+    config = _config(settings, (*datasets, *merge), options, scorer is not None)
     config["sparse"] = {"encoder": settings.sparse, "recipe": sparse.recipe if sparse else None}
     if baseline is not None:
         config |= {

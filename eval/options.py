@@ -17,6 +17,8 @@ from ragrank.settings import FUSIONS
 EMBEDDING_CACHE = Path("ragrank-data/eval-cache")
 _NO_CACHE = ("--no-cache", "always embed the corpus")
 _NO_PROGRESS = "hide progress bars"
+RELEVANCE = ("same", "any")
+QUERY_LANGUAGE = ("auto", "known")
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,17 @@ class EvalTarget:
     """What `ragrank eval` evaluates, and where its report goes."""
 
     datasets: tuple[Path, ...] = option(
-        help="a BEIR-format folder; repeat for several (one row each, plus a macro average)",
+        (),
+        "a BEIR-format folder; repeat for several (one row each, plus a macro average)",
         flag="--dataset",
         metavar="DIR",
         repeat=True,
+    )
+    merge: tuple[Path, ...] = option(
+        (),
+        "BEIR folders merged into one collection, e.g. one per language (ids prefixed by the "
+        "folder's name; one row per query language, plus a macro average)",
+        metavar="DIR",
     )
     output: Path | None = option(None, "report folder (default: eval-results/<UTC time>/)")
     baseline_embed_model: str | None = option(
@@ -36,6 +45,10 @@ class EvalTarget:
         "embedder against it, e.g. the model it was fine-tuned from",
         metavar="MODEL",
     )
+
+    def __post_init__(self) -> None:
+        if not (self.datasets or self.merge):
+            raise SettingsError("give at least one --dataset DIR or --merge DIR [DIR ...]")
 
 
 @dataclass(frozen=True)
@@ -70,9 +83,25 @@ class EvalOptions:
         "depth K of oracle@K, the best reordering of each system's top K (default: --candidates)",
         metavar="K",
     )
+    relevance: str = option(
+        "same",
+        "with --merge, which answers count: `same`, a query's own folder's; `any`, those of "
+        "every folder holding the same query id (parallel translations)",
+        choices=RELEVANCE,
+    )
+    query_language: str = option(
+        "auto",
+        "the language BM25 analyses a query in: `auto`, identified as the server does; `known`, "
+        "its folder's name when that is a language code (as a request's `language` names it)",
+        choices=QUERY_LANGUAGE,
+    )
     progress: bool = option(True, _NO_PROGRESS)
 
     def __post_init__(self) -> None:
+        if self.relevance not in RELEVANCE:
+            raise SettingsError(f"--relevance must be one of {', '.join(RELEVANCE)}")
+        if self.query_language not in QUERY_LANGUAGE:
+            raise SettingsError(f"--query-language must be one of {', '.join(QUERY_LANGUAGE)}")
         unknown = set(self.systems) - set(SYSTEMS)
         if unknown:
             raise SettingsError(

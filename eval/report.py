@@ -110,6 +110,7 @@ def _dataset(result: DatasetResult) -> dict[str, Any]:
         "oracle_k": result.oracle_k,
         "oracle": result.oracle,
         "ann_recall_vs_exact": result.ann_recall,
+        "sparse_query_languages": result.sparse_query_languages,
         "timings": result.timings,
         "per_query": {
             qid: {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from eval.exact import ExactIndex
 from eval.metrics import Comparison, SystemScores, compare, oracle_ndcg, score_run
 from eval.runs import exact_run, index_corpus, overlap_recall
 from eval.systems import BASELINE, TOP_K, System, SystemInputs, plan
-from ragrank.beir import BeirDataset, load_beir
+from ragrank.beir import BeirDataset, load_beir, merge_beir
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.store import Store
 
@@ -61,6 +62,8 @@ class DatasetResult:
     oracle: dict[str, float] = field(default_factory=dict)
     oracle_k: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    #: How many queries BM25 analysed in each language (`+` joins two when unsure).
+    sparse_query_languages: dict[str, int] = field(default_factory=dict)
 
 
 def evaluate_dataset(
@@ -73,31 +76,47 @@ def evaluate_dataset(
     baseline_embedder: Embedder | None = None,
     sparse: SparseEncoder | None = None,
 ) -> DatasetResult:
-    """Run the chosen systems on one BEIR collection. Cosine is always run: it is the first
+    """Run the chosen systems on one BEIR collection (see `evaluate_collection`)."""
+    dataset = load_beir(path, split=options.split)
+    (result,) = evaluate_collection(
+        dataset,
+        str(path),
+        embedder,
+        scorer,
+        options,
+        open_store=open_store,
+        baseline_embedder=baseline_embedder,
+        sparse=sparse,
+    )
+    return result
+
+
+def evaluate_collection(
+    dataset: BeirDataset,
+    path: str,
+    embedder: Embedder,
+    scorer: Scorer | None,
+    options: EvalOptions,
+    *,
+    open_store: StoreFactory | None = None,
+    baseline_embedder: Embedder | None = None,
+    sparse: SparseEncoder | None = None,
+    by_language: bool = False,
+) -> list[DatasetResult]:
+    """Run the chosen systems on one collection. Cosine is always run: it is the first
     stage of the reranker, the baseline of every comparison and the reference of ANN recall.
     `ann`, `bm25` and `hybrid` search a Qdrant collection of the corpus (`sparse` makes its
     BM25 vectors), as the server does. With `baseline_embedder`, its exact cosine run
-    (`cosine-baseline`) is the baseline that cosine itself is compared against."""
-    dataset = load_beir(path, split=options.split)
+    (`cosine-baseline`) is the baseline that cosine itself is compared against. With
+    `by_language`, one result per query language, each scored on that language's queries
+    against the whole collection."""
     queries = _evaluated_queries(dataset, options.limit_queries)
     qrels = {qid: dataset.qrels[qid] for qid in queries}
     doc_ids = list(dataset.corpus)
     passages = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
-    result = DatasetResult(
-        name=dataset.name,
-        path=str(path),
-        split=options.split,
-        checksums=dataset.checksums,
-        documents=len(doc_ids),
-        judged_queries=len(dataset.judged_queries),
-        queries=queries,
-    )
-    timings = result.timings
-    key = corpus_key(embedder, dataset)
+    timings: dict[str, float] = {}
     start = time.perf_counter()
-    vectors, cached = corpus_vectors(
-        embedder, doc_ids, [passages[d] for d in doc_ids], key, options
-    )
+    vectors, cached = dataset_vectors(embedder, dataset, options)
     timings["corpus_encode_s"] = time.perf_counter() - start
     timings["corpus_cached"] = float(cached)
 
@@ -117,6 +136,7 @@ def evaluate_dataset(
         timings=timings,
     )
     timings["faiss_gpu"] = float(inputs.index.gpu)
+    key = corpus_key(embedder, dataset)
     with _store_for(
         systems, dataset, key, open_store=open_store, inputs=inputs, sparse=sparse, vectors=vectors
     ) as store:
@@ -124,11 +144,60 @@ def evaluate_dataset(
         runs = _run_systems(systems, inputs)
     if baseline_embedder is not None:
         runs[BASELINE_COSINE] = _cosine_run(baseline_embedder, dataset, queries, options)
-    if "ann" in runs:
+    groups = {"": list(queries)}
+    if by_language:
+        groups = {}
+        for qid in queries:
+            groups.setdefault(dataset.query_languages.get(qid, "unknown"), []).append(qid)
+    return [
+        _scored_group(
+            dataset,
+            inputs,
+            path=path,
+            language=language,
+            qids=qids,
+            runs=runs,
+            qrels=qrels,
+            options=options,
+        )
+        for language, qids in groups.items()
+    ]
+
+
+def _scored_group(
+    dataset: BeirDataset,
+    inputs: SystemInputs,
+    *,
+    path: str,
+    language: str,
+    qids: list[str],
+    runs: Mapping[str, Run],
+    qrels: Qrels,
+    options: EvalOptions,
+) -> DatasetResult:
+    """The result of the queries `qids` (one language's, or all when `language` is empty)."""
+    queries = inputs.queries
+    result = DatasetResult(
+        name=f"{dataset.name}/{language}" if language else dataset.name,
+        path=path,
+        split=options.split,
+        checksums=dataset.checksums,
+        documents=len(dataset.corpus),
+        judged_queries=len(dataset.judged_queries),
+        queries={qid: queries[qid] for qid in qids},
+        timings=dict(inputs.timings),
+    )
+    analysed = dict(zip(queries, inputs.query_sparse_languages, strict=False))
+    result.sparse_query_languages = dict(
+        Counter(str(analysed[q]) for q in qids if q in analysed).most_common()
+    )
+    group_runs = {name: {q: run[q] for q in qids if q in run} for name, run in runs.items()}
+    if "ann" in group_runs:
         result.ann_recall = {
-            f"recall@{k}": overlap_recall(runs["ann"], runs[BASELINE], k) for k in (10, TOP_K)
+            f"recall@{k}": overlap_recall(group_runs["ann"], group_runs[BASELINE], k)
+            for k in (10, TOP_K)
         }
-    _score(result, qrels, runs, options)
+    _score(result, {q: qrels[q] for q in qids}, group_runs, options)
     return result
 
 
@@ -137,13 +206,7 @@ def _cosine_run(
 ) -> Run:
     """Exact cosine top-100 of one embedder (the corpus from the cache when it is there)."""
     doc_ids = list(dataset.corpus)
-    vectors, _ = corpus_vectors(
-        embedder,
-        doc_ids,
-        [dataset.corpus[d].passage for d in doc_ids],
-        corpus_key(embedder, dataset),
-        options,
-    )
+    vectors, _ = dataset_vectors(embedder, dataset, options)
     query_vectors = embedder.embed_queries(list(queries.values()))
     return exact_run(ExactIndex(vectors), list(queries), query_vectors, doc_ids, TOP_K)
 
@@ -210,10 +273,17 @@ def _store_for(
         raise SettingsError("the bm25 and hybrid systems need BM25 vectors (RAGRANK_SPARSE)")
     documents = list(dataset.corpus.values())
     start = time.perf_counter()
-    corpus_sparse = sparse.documents([d.passage for d in documents]) if lexical and sparse else None
+    corpus_sparse = None
+    if lexical and sparse:
+        passages = [d.passage for d in documents]
+        languages = [sparse.language_of(d.passage, d.metadata) for d in documents]
+        corpus_sparse = sparse.documents(passages, languages)
     inputs.timings["sparse_encode_s"] = time.perf_counter() - start
     if lexical and sparse:
-        inputs.query_sparse = [sparse.query(text) for text in inputs.queries.values()]
+        known = dataset.query_languages if inputs.options.query_language == "known" else {}
+        analysed = [sparse.query(text, known.get(qid)) for qid, text in inputs.queries.items()]
+        inputs.query_sparse = [query.vector for query in analysed]
+        inputs.query_sparse_languages = [query.language for query in analysed]
     with open_store(dataset.name, key) as store:
         index_corpus(store, documents, vectors, corpus_sparse, progress=inputs.options.progress)
         yield store
@@ -239,7 +309,10 @@ def evaluate_datasets(
     *,
     baseline_embedder: Embedder | None = None,
     sparse: SparseEncoder | None = None,
+    merge: Sequence[Path] = (),
 ) -> Iterator[DatasetResult]:
+    """Each of `paths` on its own, then the folders of `merge` as one collection scored per
+    query language."""
     for path in paths:
         log.info("evaluating %s", path)
         yield evaluate_dataset(
@@ -250,6 +323,20 @@ def evaluate_datasets(
             open_store,
             baseline_embedder=baseline_embedder,
             sparse=sparse,
+        )
+    if merge:
+        log.info("evaluating %d folders merged", len(merge))
+        parts = [load_beir(path, split=options.split) for path in merge]
+        yield from evaluate_collection(
+            merge_beir(parts, options.relevance),
+            ",".join(str(path) for path in merge),
+            embedder,
+            scorer,
+            options,
+            open_store=open_store,
+            baseline_embedder=baseline_embedder,
+            sparse=sparse,
+            by_language=True,
         )
 
 
@@ -262,6 +349,19 @@ def _evaluated_queries(dataset: BeirDataset, limit: int | None) -> dict[str, str
     if not judged:
         raise DocumentError(f"{dataset.name}: no query of queries.jsonl has relevance labels")
     return dict(list(judged.items())[:limit]) if limit else judged
+
+
+def dataset_vectors(
+    embedder: Embedder, dataset: BeirDataset, options: EvalOptions
+) -> tuple[Vectors, bool]:
+    """The corpus embeddings of `dataset`, in corpus order: a merged collection's are its
+    parts', each cached under its own key, so merging re-embeds nothing."""
+    if dataset.parts:
+        loaded = [dataset_vectors(embedder, part, options) for part in dataset.parts]
+        return np.concatenate([v for v, _ in loaded]), all(c for _, c in loaded)
+    doc_ids = list(dataset.corpus)
+    texts = [dataset.corpus[d].passage for d in doc_ids]
+    return corpus_vectors(embedder, doc_ids, texts, corpus_key(embedder, dataset), options)
 
 
 def corpus_vectors(

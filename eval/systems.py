@@ -42,6 +42,8 @@ class RunOptions(Protocol):
     def rrf_dense_weight(self) -> float: ...
     @property
     def rrf_sparse_weight(self) -> float: ...
+    @property
+    def query_language(self) -> str: ...
 
 
 @dataclass
@@ -58,6 +60,8 @@ class SystemInputs:
     runs: Mapping[str, Run] = field(default_factory=dict)
     store: Store | None = None
     query_sparse: Sequence[SparseVector] = ()
+    #: The language each query's BM25 terms were analysed in (see `SparseQuery.language`).
+    query_sparse_languages: Sequence[str | None] = ()
     scorer: Scorer | None = None
     #: Timings beyond the suite's per-query milliseconds (a reranker's pairs/s).
     timings: dict[str, float] = field(default_factory=dict)

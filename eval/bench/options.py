@@ -134,3 +134,13 @@ class StoreBenchOptions:
         None, "internal: one engine (edge or local) at one size, in a child process", metavar="X"
     )
     serving: Path | None = option(None, "internal: the RSS of a server process on this shard")
+
+
+@dataclass(frozen=True)
+class LanguageBenchOptions:
+    """`python -m eval.bench.language`: how well and how fast texts' languages are identified."""
+
+    xquad: Path = option(Path("../shared/data/xquad-r"), "XQuAD-R, one folder per language")
+    scifact: Path = option(Path("../shared/data/scifact"), "SciFact (English)")
+    limit: int = option(2000, "texts per set at most")
+    out: Path | None = option(None, "write the figures as JSON here")
