@@ -3,6 +3,7 @@ print the table and write the report."""
 
 from __future__ import annotations
 
+import logging
 import re
 import tempfile
 from contextlib import contextmanager
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from ragrank.settings import Settings
 
 
+log = logging.getLogger(__name__)
+
+
 def default_output(now: datetime | None = None) -> Path:
     return Path("eval-results") / (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
 
@@ -44,9 +48,10 @@ def run_eval(
     """Evaluate each dataset with the configured models, then the `merge` folders as one
     collection; `baseline_embed_model` adds that embedder's cosine run as the baseline of the
     configured embedder (with its own default prefixes)."""
-    for path in (*datasets, *merge):
+    for path in datasets:
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
+    merge = beir_folders(merge)
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     reranks = any(system.needs_reranker for system in plan(options.systems))
     scorer = CrossEncoderScorer.from_settings(settings) if reranks else None
@@ -86,6 +91,20 @@ def run_eval(
     for path in write_report(report, results, output):
         print(f"wrote {path}")
     return 0
+
+
+def beir_folders(paths: Sequence[Path]) -> list[Path]:
+    """The BEIR folders among `paths`, so that `--merge data/*` may name a README or a folder
+    of raw files beside them; each one left out is logged."""
+    folders = []
+    for path in paths:
+        if path.is_dir() and (path / "queries.jsonl").exists():
+            folders.append(path)
+        else:
+            log.warning("--merge: %s is not a BEIR folder (no queries.jsonl), left out", path)
+    if paths and not folders:
+        raise DocumentError("--merge: none of the paths is a BEIR folder (with queries.jsonl)")
+    return folders
 
 
 def store_factory(settings: Settings, sparse: str = "") -> StoreFactory:

@@ -4,6 +4,7 @@ losses, and each system's reranking headroom (oracle@K)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -290,7 +291,11 @@ def _store_for(
 
 
 def corpus_key(embedder: Embedder, dataset: BeirDataset) -> str:
-    """The embedding-cache key of `dataset`'s corpus as `embedder` encodes it."""
+    """The embedding-cache key of `dataset`'s corpus as `embedder` encodes it (a merged
+    collection's: of its parts' keys, in order)."""
+    if dataset.parts:
+        parts = "+".join(corpus_key(embedder, part) for part in dataset.parts)
+        return hashlib.sha256(parts.encode()).hexdigest()[:32]
     corpus_file = next(name for name in dataset.checksums if name.startswith("corpus"))
     return cache_key(
         model_id=embedder.model_id,

@@ -442,6 +442,28 @@ def test_scifact_hybrid_with_all_minilm_l6_v2_beats_cosine(tmp_path: Path):
     assert scifact["oracle"]["hybrid"] > scifact["systems"]["hybrid"]["metrics"]["ndcg@10"]
 
 
+def test_merged_folders_are_one_collection_scored_per_query_language(
+    tmp_path: Path, settings: Settings
+):
+    """Two folders as one collection, with tiny models: one row per folder's language, each
+    over the whole merged corpus, and the BM25 language of each row's queries."""
+    for language in ("de", "en"):
+        write_collection(tmp_path / language)
+    quick = Settings(embed_model=settings.embed_model, device="cpu")
+    options = EvalOptions(systems=("cosine", "bm25"), relevance="any", progress=False)
+    merge = [tmp_path / "de", tmp_path / "en"]
+    assert run_eval(quick, [], options, tmp_path / "out", merge=merge) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    rows = {d["name"]: d for d in report["datasets"]}
+    assert set(rows) == {"merged-any/de", "merged-any/en"}
+    assert {d["documents"] for d in rows.values()} == {20}
+    assert all(d["evaluated_queries"] == 6 for d in rows.values())
+    assert all(sum(d["sparse_query_languages"].values()) == 6 for d in rows.values())
+    # Parallel folders with identical text: each query finds both copies of its answers.
+    cosine = [d["systems"]["cosine"]["metrics"]["ndcg@10"] for d in rows.values()]
+    assert cosine[0] == pytest.approx(cosine[1])
+
+
 XQUAD_LANGUAGES = ("ar", "de", "el", "en", "es", "hi", "ru", "th", "tr", "vi", "zh")
 
 
