@@ -118,6 +118,11 @@ def known_language(value: str) -> str | None:
     return None
 
 
+def primary_subtag(value: str) -> str:
+    """The language part of a tag such as `pt-BR` or `zh_Hant`, lowercased."""
+    return value.strip().lower().replace("_", "-").split("-", 1)[0]
+
+
 def declared_language(metadata: Mapping[str, Any]) -> str | None:
     """The language a document's metadata names (`lang`, else `language`), when it is one
     `known_language` recognises; an unrecognised value is ignored, and the text decides."""

@@ -8,8 +8,7 @@ from litestar import Request, post
 from litestar.status_codes import HTTP_200_OK
 from msgspec import Meta, Struct
 
-from ragrank.errors import InvalidRequestError
-from ragrank.language import known_language
+from ragrank.language import known_language, primary_subtag
 from server.limits import length_limit, value_limit
 from server.routes.shared import MODEL_ERRORS, NON_BLANK, ModelName, unless_disconnected
 from server.services import SearchService
@@ -122,8 +121,9 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
                 max_length=16,
                 pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})?$",
                 description="The query's language for BM25, an ISO 639-1 code such as `de` "
-                "(its stopwords and stemmer when Qdrant's BM25 has them); absent: identified "
-                "from the query. Used with RAGRANK_BM25_LANGUAGE=auto.",
+                "(its stopwords and stemmer when Qdrant's BM25 has them, else its words "
+                "unstemmed); absent: identified from the query. Used with "
+                "RAGRANK_BM25_LANGUAGE=auto.",
             ),
         ]
         | None
@@ -206,15 +206,10 @@ async def search(
     data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> SearchResponse:
     """Retrieve `candidates` chunks (dense, BM25 or hybrid), rerank them, return `top_k`."""
+    # A code BM25 has no analyser for is analysed as any such language is: words unstemmed.
     language = None
     if data.language is not None:
-        language = known_language(data.language)
-        if language is None:
-            raise InvalidRequestError(
-                f"language={data.language!r} is not a language ragrank knows: use an ISO 639-1 "
-                "code such as en, de or zh",
-                field="language",
-            )
+        language = known_language(data.language) or primary_subtag(data.language)
     outcome = await unless_disconnected(
         request,
         search_service.search(
