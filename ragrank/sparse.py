@@ -156,10 +156,9 @@ class QdrantBm25:
         self._query_confidence = query_confidence
         self._models: dict[str | None, edge.Bm25] = {}
         self._lock = threading.Lock()
-        if self._fixed is not None:
-            self._models[None] = self._build(self._fixed)
-        else:
-            self._models[None] = self._build("none")
+        # Key None: the fixed language's analyser, or, with `auto`, the one for languages
+        # Qdrant has no analyser for.
+        self._models[None] = self._build(self._fixed or "none")
         self.language = language
         self.detects = self._fixed is None
         recipe: list[Any] = ["bm25", language, params.k, params.b, params.avg_len]
@@ -195,7 +194,7 @@ class QdrantBm25:
         key = language if language in ANALYSERS else None
         with self._lock:
             if key not in self._models:
-                self._models[key] = self._build(ANALYSERS[key]) if key else self._build("none")
+                self._models[key] = self._build(ANALYSERS[key] if key else "none")
             return self._models[key]
 
     def language_of(self, text: str, metadata: Mapping[str, Any]) -> str | None:
@@ -215,9 +214,7 @@ class QdrantBm25:
 
     def query(self, text: str, language: str | None = None) -> SparseQuery:
         if self._fixed is not None:
-            return SparseQuery(
-                _sorted(self._models[None].embed_query(text)), CODES.get(self._fixed)
-            )
+            return SparseQuery(_sorted(self._model(None).embed_query(text)), CODES.get(self._fixed))
         if language is not None:
             return SparseQuery(_sorted(self._model(language).embed_query(text)), language)
         guess = detect(text)
