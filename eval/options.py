@@ -78,6 +78,12 @@ class EvalOptions:
     rrf_sparse_weight: float = option(
         1.0, "RRF's weight of the BM25 list", setting="rrf_sparse_weight"
     )
+    fusion_across_languages: bool = option(
+        True,
+        "fuse as Qdrant does even for passages in another language than the query's, instead "
+        "of judging them by the dense list in BM25's place",
+        setting="fusion_across_languages",
+    )
     oracle_k: int | None = option(
         None,
         "depth K of oracle@K, the best reordering of each system's top K (default: --candidates)",

@@ -135,9 +135,11 @@ def index_corpus(
     vectors: Vectors,
     sparse: Sequence[SparseVector] | None = None,
     *,
+    languages: Sequence[str | None] = (),
     progress: bool = True,
 ) -> None:
-    """Upsert one point per document (deterministic ids), with its BM25 vector when given,
+    """Upsert one point per document (deterministic ids), with its BM25 vector when given
+    and, as the indexer stores it, the language BM25 read it in as its `lang` metadata,
     unless the collection holds them already."""
     store.ensure_collection(vectors.shape[1])
     if store.count() == len(documents):
@@ -147,13 +149,25 @@ def index_corpus(
         for start in range(0, len(documents), step):
             batch = documents[start : start + step]
             chunks = [
-                Chunk(doc_id=d.doc_id, chunk_index=0, text=d.text, title=d.title, end=len(d.text))
-                for d in batch
+                Chunk(
+                    doc_id=d.doc_id,
+                    chunk_index=0,
+                    text=d.text,
+                    title=d.title,
+                    end=len(d.text),
+                    metadata=_language(languages, start + i),
+                )
+                for i, d in enumerate(batch)
             ]
             lexical = None if sparse is None else sparse[start : start + step]
             store.upsert(chunks, vectors[start : start + step], sparse=lexical)
             bar.update(len(batch))
     store.optimize()
+
+
+def _language(languages: Sequence[str | None], row: int) -> dict[str, str]:
+    language = languages[row] if languages else None
+    return {"lang": language} if language else {}
 
 
 def store_run(
@@ -164,16 +178,20 @@ def store_run(
     dense: Vectors | None = None,
     sparse: Sequence[SparseVector] | None = None,
     fusion: Fusion | None = None,
+    languages: Sequence[str | None] = (),
 ) -> dict[str, dict[str, float]]:
     """Each query's top-k from Qdrant's own search: by the dense vectors (through the HNSW
-    graph), by the BM25 vectors, or, given both, the two fused in one Query API call."""
+    graph), by the BM25 vectors, or, given both, the two fused, as the server fuses them
+    (`languages`: the ones BM25 read each query in, when the passages carry theirs)."""
     run = {}
     for row, qid in enumerate(query_ids):
+        language = languages[row] if languages else None
         hits = store.search(
             None if dense is None else dense[row],
             k,
             sparse=None if sparse is None else sparse[row],
             fusion=fusion,
+            languages=language.split("+") if language else (),
         )
         run[qid] = {hit.chunk.doc_id: hit.retrieval_score for hit in hits}
     return run

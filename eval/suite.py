@@ -275,10 +275,14 @@ def _store_for(
     documents = list(dataset.corpus.values())
     start = time.perf_counter()
     corpus_sparse = None
+    stored: list[str | None] = []
     if lexical and sparse:
         passages = [d.passage for d in documents]
         languages = [sparse.language_of(d.passage, d.metadata) for d in documents]
         corpus_sparse = sparse.documents(passages, languages)
+        if sparse.detects:
+            stored = languages
+            inputs.languages_stored = True
     inputs.timings["sparse_encode_s"] = time.perf_counter() - start
     if lexical and sparse:
         known = dataset.query_languages if inputs.options.query_language == "known" else {}
@@ -286,7 +290,14 @@ def _store_for(
         inputs.query_sparse = [query.vector for query in analysed]
         inputs.query_sparse_languages = [query.language for query in analysed]
     with open_store(dataset.name, key) as store:
-        index_corpus(store, documents, vectors, corpus_sparse, progress=inputs.options.progress)
+        index_corpus(
+            store,
+            documents,
+            vectors,
+            corpus_sparse,
+            languages=stored,
+            progress=inputs.options.progress,
+        )
         yield store
 
 

@@ -43,6 +43,8 @@ class RunOptions(Protocol):
     @property
     def rrf_sparse_weight(self) -> float: ...
     @property
+    def fusion_across_languages(self) -> bool: ...
+    @property
     def query_language(self) -> str: ...
 
 
@@ -62,6 +64,9 @@ class SystemInputs:
     query_sparse: Sequence[SparseVector] = ()
     #: The language each query's BM25 terms were analysed in (see `SparseQuery.language`).
     query_sparse_languages: Sequence[str | None] = ()
+    #: The passages are stored with the language BM25 read each in (BM25 `auto`), so hybrid
+    #: can judge those in another language than the query's by the dense list alone.
+    languages_stored: bool = False
     scorer: Scorer | None = None
     #: Timings beyond the suite's per-query milliseconds (a reranker's pairs/s).
     timings: dict[str, float] = field(default_factory=dict)
@@ -110,7 +115,11 @@ def _searched(dense: bool, sparse: bool) -> Callable[[System, SystemInputs], Run
             raise ValueError(f"the {system.name} system needs a Qdrant store")
         options = inputs.options
         fusion = Fusion(
-            options.fusion, options.rrf_k, options.rrf_dense_weight, options.rrf_sparse_weight
+            options.fusion,
+            options.rrf_k,
+            options.rrf_dense_weight,
+            options.rrf_sparse_weight,
+            options.fusion_across_languages,
         )
         return store_run(
             inputs.store,
@@ -119,6 +128,7 @@ def _searched(dense: bool, sparse: bool) -> Callable[[System, SystemInputs], Run
             dense=inputs.query_vectors if dense else None,
             sparse=inputs.query_sparse if sparse else None,
             fusion=fusion if dense and sparse else None,
+            languages=inputs.query_sparse_languages if inputs.languages_stored else (),
         )
 
     return run

@@ -15,7 +15,7 @@ from ragrank.errors import SettingsError
 from ragrank.ids import collection_problem
 
 if typing.TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 ENV_PREFIX = "RAGRANK_"
 
@@ -154,6 +154,8 @@ def shown_default(f: dataclasses.Field[Any]) -> str:
         return "none"
     if f.default == "":
         return "empty"
+    if isinstance(f.default, bool):
+        return f"`{str(f.default).lower()}`"
     return f"`{f.default}`"
 
 
@@ -272,6 +274,11 @@ class Settings:
     )
     rrf_sparse_weight: float = setting(
         1.0, "RRF's weight of the BM25 list when the request does not say", ge=0.01, le=100.0
+    )
+    fusion_across_languages: bool = setting(
+        True,
+        "with `auto` BM25, `hybrid` judges a passage in another language than the query's by "
+        "the dense list in BM25's place (BM25 cannot match it), so translations keep their rank",
     )
 
     device: str = setting(
@@ -611,6 +618,23 @@ def settings_table() -> list[tuple[str, str]]:
     ]
 
 
+def _truth(raw: str) -> bool:
+    truth = raw.strip().lower()
+    if truth not in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
+        raise ValueError(raw)
+    return truth in {"true", "1", "yes", "on"}
+
+
+#: How an environment variable's text becomes each settings type (others stay text).
+_PARSERS: dict[Any, Callable[[str], Any]] = {
+    int: int,
+    float: float,
+    bool: _truth,
+    Path: lambda raw: Path(raw).expanduser(),
+}
+_KIND_NAMES = {float: "a number", int: "an integer", bool: "true or false"}
+
+
 def _convert(name: str, raw: str, kind: Any) -> Any:
     if choices_of(kind):
         return raw  # checked against the choices with every other value
@@ -620,13 +644,7 @@ def _convert(name: str, raw: str, kind: Any) -> Any:
     if optional and raw == "":
         return None
     try:
-        if base is int:
-            return int(raw)
-        if base is float:
-            return float(raw)
-        if base is Path:
-            return Path(raw).expanduser()
-        return raw
+        return _PARSERS.get(base, str)(raw)
     except ValueError:
-        kind_name = "a number" if base is float else "an integer"
+        kind_name = _KIND_NAMES.get(base, "valid")
         raise SettingsError(f"{env_name(name)} must be {kind_name}, got {raw!r}") from None

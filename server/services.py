@@ -137,7 +137,11 @@ class SearchService:
         self.services = services
         self._retrieval = settings.retrieval
         self._fusion = Fusion(
-            settings.fusion, settings.rrf_k, settings.rrf_dense_weight, settings.rrf_sparse_weight
+            settings.fusion,
+            settings.rrf_k,
+            settings.rrf_dense_weight,
+            settings.rrf_sparse_weight,
+            settings.fusion_across_languages,
         )
         embedder, scorer = services.embedder, services.scorer
         placement = resolve_placement(settings.device, settings.dtype)
@@ -226,6 +230,7 @@ class SearchService:
             rrf_k or self._fusion.k,
             dense_weight or self._fusion.dense_weight,
             sparse_weight or self._fusion.sparse_weight,
+            self._fusion.across_languages,
         )
         started = time.perf_counter()
         vector = None
@@ -241,8 +246,11 @@ class SearchService:
             analysed = await self._sparse_query(query, retrieval, language)
         lexical = None if retrieval == "dense" or analysed is None else analysed.vector
         encoded = time.perf_counter()
+        languages = self._fused_languages(analysed)
         retrieved = await self._in_store_thread(
-            lambda: store.search(vector, candidates, where, sparse=lexical, fusion=fusing)
+            lambda: store.search(
+                vector, candidates, where, sparse=lexical, fusion=fusing, languages=languages
+            )
         )
         fetched = time.perf_counter()
         hits = [ScoredHit(c, c.retrieval_score, rank) for rank, c in enumerate(retrieved, 1)]
@@ -305,6 +313,14 @@ class SearchService:
         return list(
             await loop.run_in_executor(self.host_pool, lambda: [words(hit) for hit in hits])
         )
+
+    def _fused_languages(self, analysed: SparseQuery | None) -> list[str]:
+        """The languages the query's BM25 terms are in, when every chunk is stored with its
+        own (BM25 `auto`): the fusion then knows which passages BM25 could not read."""
+        encoder = self.services.sparse
+        if analysed is None or not analysed.language or encoder is None or not encoder.detects:
+            return []
+        return analysed.language.split("+")
 
     async def _sparse_query(
         self, query: str, retrieval: str, language: str | None = None

@@ -8,7 +8,7 @@ import json
 import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +16,10 @@ from ragrank.documents import Candidate, Chunk, MetadataValue, passage_text
 from ragrank.errors import SparseVectorsMissingError
 from ragrank.settings import Settings, env_name
 from ragrank.sparse import SPARSE_VECTOR, SparseEncoder, SparseVector
+from ragrank.store.fusion import fuse_by_language
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
     import numpy as np
 
@@ -151,6 +152,9 @@ class Fusion:
     k: int = 2
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
+    #: Given the query's languages, a passage in another one is judged by the dense list in
+    #: BM25's place (see `ragrank/store/fusion.py`).
+    across_languages: bool = True
 
     @property
     def weights(self) -> list[float] | None:
@@ -389,25 +393,40 @@ class Store(ABC):
         sparse: SparseVector | None = None,
         fusion: Fusion | None = None,
         exact: bool = False,
+        languages: Collection[str] = (),
     ) -> list[Candidate]:
         """The `limit` best chunks, optionally filtered: nearest to the dense `vector`, best
         by BM25 for `sparse`, or, given both, the two lists fused (`fusion`; DBSF by
-        default, as in the settings). `exact` skips the dense vector index and compares with
-        every point."""
+        default, as in the settings). `languages`, the ones BM25 read the query in, lets
+        the fusion judge other-language passages by the dense list alone. `exact` skips the
+        dense vector index and compares with every point."""
         if vector is None and sparse is None:
             raise ValueError("a search needs a dense vector, a sparse one, or both")
         if sparse is not None and not self.has_sparse():
             raise missing_sparse(self.collection)
-        hits = self._query(
-            Retrieval(
-                dense=None if vector is None else vector.tolist(),
-                sparse=sparse,
-                limit=limit,
-                where=equality_filter(where),
-                exact=exact,
-                fusion=fusion or Fusion(),
-            )
+        request = Retrieval(
+            dense=None if vector is None else vector.tolist(),
+            sparse=sparse,
+            limit=limit,
+            where=equality_filter(where),
+            exact=exact,
+            fusion=fusion or Fusion(),
         )
+        if (
+            request.dense is not None
+            and request.sparse is not None
+            and languages
+            and request.fusion.across_languages
+        ):
+            hits = fuse_by_language(
+                self._query(replace(request, sparse=None)),
+                self._query(replace(request, dense=None)),
+                request.fusion,
+                languages,
+                limit,
+            )
+        else:
+            hits = self._query(request)
         candidates = [_candidate(payload, score) for payload, score in hits]
         # Fused scores tie often (the same ranks in different lists), and Qdrant orders ties
         # arbitrarily: the same search must give the same answer.

@@ -5,6 +5,7 @@ old collections, and vectors of any text."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -220,3 +221,65 @@ def test_sparse_settings_are_checked():
 
 
 _ENCODERS = {"bm25": QdrantBm25(Bm25Params(), "english"), "none": QdrantBm25(Bm25Params(), "none")}
+
+
+def _languages_corpus(store: Store, encoder: QdrantBm25) -> np.ndarray:
+    """English passages that share the query's words, each a little less near it by the dense
+    vector, and one German passage, the query's translation, nearest of all; returns the
+    query's dense vector."""
+    store.ensure_collection(4)
+    texts = [" ".join(["granite"] * (i + 1) + ["basalt"] * (i % 3)) for i in range(8)]
+    chunks = [
+        Chunk(doc_id=f"en{i}", chunk_index=0, text=text, metadata={"lang": "en"})
+        for i, text in enumerate(texts)
+    ]
+    chunks.append(Chunk(doc_id="de", chunk_index=0, text="Gestein", metadata={"lang": "de"}))
+    angles = [0.5 + 0.1 * i for i in range(8)] + [0.1]
+    vectors = np.array([[math.cos(a), math.sin(a), 0, 0] for a in angles], dtype=np.float32)
+    store.upsert(chunks, vectors, sparse=encoder.documents([c.passage for c in chunks]))
+    return np.array([1, 0, 0, 0], dtype=np.float32)
+
+
+@pytest.mark.parametrize("fusion", [Fusion("dbsf"), Fusion("rrf", 2), Fusion("rrf", 10, 1, 0.5)])
+def test_a_translation_keeps_the_rank_the_dense_list_gave_it(store: Store, fusion: Fusion):
+    encoder = QdrantBm25(PARAMS, "english")
+    query = _languages_corpus(store, encoder)
+    lexical = encoder.query("granite basalt").vector
+    assert store.search(query, 9)[0].chunk.doc_id == "de"
+    qdrant = store.search(query, 9, sparse=lexical, fusion=fusion)
+    assert qdrant[0].chunk.doc_id != "de"  # BM25 cannot read it, and fusion counts that against it
+    aware = store.search(query, 9, sparse=lexical, fusion=fusion, languages=["en"])
+    assert aware[0].chunk.doc_id == "de"
+    # The English passages keep their order among themselves.
+    english = [h.chunk.doc_id for h in qdrant if h.chunk.doc_id != "de"]
+    assert [h.chunk.doc_id for h in aware if h.chunk.doc_id != "de"] == english
+    # Asked not to, or with the German passage in the query's languages, Qdrant's order.
+    unaware = replace(fusion, across_languages=False)
+    for other in (
+        store.search(query, 9, sparse=lexical, fusion=unaware, languages=["en"]),
+        store.search(query, 9, sparse=lexical, fusion=fusion, languages=["en", "de"]),
+    ):
+        assert [h.chunk.doc_id for h in other] == [h.chunk.doc_id for h in qdrant]
+
+
+@pytest.mark.parametrize("fusion", [Fusion("dbsf"), Fusion("rrf", 2), Fusion("rrf", 60, 2, 1)])
+def test_one_language_fuses_exactly_as_qdrant(store: Store, fusion: Fusion):
+    """With every passage in the query's language, the language-aware fusion is Qdrant's own:
+    the same passages, order and scores."""
+    encoder = QdrantBm25(PARAMS, "english")
+    store.ensure_collection(4)
+    texts = [" ".join(["granite"] * (i % 3 + 1) + ["basalt"] * (i % 4)) for i in range(12)]
+    chunks = [
+        Chunk(doc_id=f"d{i}", chunk_index=0, text=t, metadata={"lang": "en"})
+        for i, t in enumerate(texts)
+    ]
+    vectors = np.random.default_rng(3).normal(size=(12, 4)).astype(np.float32)
+    store.upsert(chunks, vectors, sparse=encoder.documents(texts))
+    query = np.random.default_rng(9).normal(size=4).astype(np.float32)
+    lexical = encoder.query("granite basalt").vector
+    qdrant = store.search(query, 6, sparse=lexical, fusion=fusion)
+    aware = store.search(query, 6, sparse=lexical, fusion=fusion, languages=["en"])
+    assert [h.chunk.doc_id for h in aware] == [h.chunk.doc_id for h in qdrant]
+    assert [h.retrieval_score for h in aware] == pytest.approx(
+        [h.retrieval_score for h in qdrant], rel=1e-5
+    )

@@ -1,0 +1,80 @@
+"""Hybrid fusion that knows which passages BM25 can read.
+
+BM25 matches words, so it can only judge a passage written in the query's language. Qdrant's
+fusion cannot know that: a translation of the answer that the dense list ranks first scores
+nothing in the BM25 list, exactly as an irrelevant passage does, and the query's own-language
+lexical matches are lifted above it. Here a passage whose stored language differs from the
+query's takes the dense list's judgement in BM25's place (or BM25's own, when BM25 found it
+anyway and ranked it higher). Passages in the query's language, and those of no known
+language, are fused exactly as Qdrant fuses them: the same RRF and DBSF formulas, so a
+single-language collection gets the answer Qdrant would give.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ragrank.language import declared_language
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+
+    from ragrank.store.base import Fusion
+
+#: A search hit as an engine returns it: its payload and its score.
+Hit = tuple["Mapping[str, Any]", float]
+
+
+def fuse_by_language(
+    dense: Sequence[Hit],
+    sparse: Sequence[Hit],
+    fusion: Fusion,
+    languages: Collection[str],
+    limit: int,
+) -> list[Hit]:
+    """The two lists fused, each passage outside `languages` (the query's) judged by the
+    dense list in BM25's place; the best `limit`, ties by document and chunk."""
+    dense_share = _shares(dense, fusion, fusion.dense_weight)
+    sparse_share = _shares(sparse, fusion, fusion.sparse_weight)
+    # The dense list's judgement, weighted as BM25's would be.
+    stand_in = _shares(dense, fusion, fusion.sparse_weight)
+    payloads: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for payload, _ in [*dense, *sparse]:
+        payloads.setdefault(_key(payload), payload)
+    fused: list[Hit] = []
+    for key, payload in payloads.items():
+        lexical = sparse_share.get(key, 0.0)
+        if not readable(payload, languages):
+            lexical = max(lexical, stand_in.get(key, 0.0))
+        fused.append((payload, dense_share.get(key, 0.0) + lexical))
+    fused.sort(key=lambda hit: (-hit[1], *_key(hit[0])))
+    return fused[:limit]
+
+
+def readable(payload: Mapping[str, Any], languages: Collection[str]) -> bool:
+    """Whether BM25 could match the passage: it is in one of the query's languages, or in no
+    language its metadata names."""
+    language = declared_language(payload.get("metadata") or {})
+    return language is None or language in languages
+
+
+def _key(payload: Mapping[str, Any]) -> tuple[str, int]:
+    return str(payload.get("doc_id", "")), int(payload.get("chunk", 0))
+
+
+def _shares(hits: Sequence[Hit], fusion: Fusion, weight: float) -> dict[tuple[str, int], float]:
+    """Each hit's part of the fused score, as Qdrant computes it: RRF's weighted reciprocal
+    rank, or DBSF's score scaled by the list's mean ± 3 sample standard deviations."""
+    keys = [_key(payload) for payload, _ in hits]
+    if fusion.method == "rrf":
+        return {key: 1.0 / (fusion.k + (rank + 1) / weight - 1) for rank, key in enumerate(keys)}
+    scores = np.array([score for _, score in hits], dtype=np.float32)
+    if len(scores) < 2:
+        return dict.fromkeys(keys, 0.5)
+    mean, spread = float(scores.mean()), 3.0 * float(scores.std(ddof=1))
+    if spread == 0.0:
+        return dict.fromkeys(keys, 0.5)
+    low = mean - spread
+    return {key: (float(s) - low) / (2 * spread) for key, s in zip(keys, scores, strict=True)}
