@@ -78,11 +78,11 @@ class EvalOptions:
     rrf_sparse_weight: float = option(
         1.0, "RRF's weight of the BM25 list", setting="rrf_sparse_weight"
     )
-    fusion_across_languages: bool = option(
-        True,
-        "fuse as Qdrant does even for passages in another language than the query's, instead "
-        "of judging them by the dense list in BM25's place",
-        setting="fusion_across_languages",
+    fusion_other_languages: float = option(
+        0.5,
+        "how much of BM25's part of a hybrid score a passage in another language than the "
+        "query's takes from the dense list instead (0: as Qdrant fuses)",
+        setting="fusion_other_languages",
     )
     oracle_k: int | None = option(
         None,
@@ -127,6 +127,8 @@ class EvalOptions:
         ):
             if not 0.01 <= weight <= 100:
                 raise SettingsError(f"{flag} must be between 0.01 and 100")
+        if not 0 <= self.fusion_other_languages <= 1:
+            raise SettingsError("--fusion-other-languages must be between 0 and 1")
         if self.oracle_k is not None and not 1 <= self.oracle_k <= TOP_K:
             raise SettingsError(f"--oracle-k must be between 1 and {TOP_K}")
 

@@ -43,7 +43,7 @@ class RunOptions(Protocol):
     @property
     def rrf_sparse_weight(self) -> float: ...
     @property
-    def fusion_across_languages(self) -> bool: ...
+    def fusion_other_languages(self) -> float: ...
     @property
     def query_language(self) -> str: ...
 
@@ -119,7 +119,7 @@ def _searched(dense: bool, sparse: bool) -> Callable[[System, SystemInputs], Run
             options.rrf_k,
             options.rrf_dense_weight,
             options.rrf_sparse_weight,
-            options.fusion_across_languages,
+            options.fusion_other_languages,
         )
         return store_run(
             inputs.store,

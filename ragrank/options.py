@@ -188,9 +188,6 @@ def _add_flag(
     if kind is bool:
         spec["action"] = "store_false" if default is True else "store_true"
         spec.pop("metavar", None)
-        if meta["setting"] is not None:
-            spec["default"] = None
-            spec["help"] += f" (default: {env_name(meta['setting'])})"
     else:
         spec.update(_value_spec(kind, field, choices))
         if required:

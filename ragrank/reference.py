@@ -63,8 +63,6 @@ def _allowed(field: dataclasses.Field[Any], kind: Any) -> str:
     parts = []
     if choices := choices_of(kind):
         parts.append(", ".join(f"`{choice}`" for choice in choices))
-    if kind is bool:
-        parts.append("`true` or `false`")
     if text := range_text(*bounds(field)):
         parts.append(text)
     if field.metadata.get("flags"):

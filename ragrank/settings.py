@@ -15,7 +15,7 @@ from ragrank.errors import SettingsError
 from ragrank.ids import collection_problem
 
 if typing.TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
 ENV_PREFIX = "RAGRANK_"
 
@@ -154,8 +154,6 @@ def shown_default(f: dataclasses.Field[Any]) -> str:
         return "none"
     if f.default == "":
         return "empty"
-    if isinstance(f.default, bool):
-        return f"`{str(f.default).lower()}`"
     return f"`{f.default}`"
 
 
@@ -275,10 +273,13 @@ class Settings:
     rrf_sparse_weight: float = setting(
         1.0, "RRF's weight of the BM25 list when the request does not say", ge=0.01, le=100.0
     )
-    fusion_across_languages: bool = setting(
-        True,
-        "with `auto` BM25, `hybrid` judges a passage in another language than the query's by "
-        "the dense list in BM25's place (BM25 cannot match it), so translations keep their rank",
+    fusion_other_languages: float = setting(
+        0.5,
+        "with `auto` BM25, how much of BM25's part of a `hybrid` score a passage in another "
+        "language than the query's (which BM25 cannot match) takes from the dense list instead: "
+        "`0` fuses as Qdrant does, `1` ranks such passages by the dense list alone",
+        ge=0.0,
+        le=1.0,
     )
 
     device: str = setting(
@@ -618,23 +619,6 @@ def settings_table() -> list[tuple[str, str]]:
     ]
 
 
-def _truth(raw: str) -> bool:
-    truth = raw.strip().lower()
-    if truth not in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
-        raise ValueError(raw)
-    return truth in {"true", "1", "yes", "on"}
-
-
-#: How an environment variable's text becomes each settings type (others stay text).
-_PARSERS: dict[Any, Callable[[str], Any]] = {
-    int: int,
-    float: float,
-    bool: _truth,
-    Path: lambda raw: Path(raw).expanduser(),
-}
-_KIND_NAMES = {float: "a number", int: "an integer", bool: "true or false"}
-
-
 def _convert(name: str, raw: str, kind: Any) -> Any:
     if choices_of(kind):
         return raw  # checked against the choices with every other value
@@ -644,7 +628,13 @@ def _convert(name: str, raw: str, kind: Any) -> Any:
     if optional and raw == "":
         return None
     try:
-        return _PARSERS.get(base, str)(raw)
+        if base is int:
+            return int(raw)
+        if base is float:
+            return float(raw)
+        if base is Path:
+            return Path(raw).expanduser()
+        return raw
     except ValueError:
-        kind_name = _KIND_NAMES.get(base, "valid")
+        kind_name = "a number" if base is float else "an integer"
         raise SettingsError(f"{env_name(name)} must be {kind_name}, got {raw!r}") from None

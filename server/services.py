@@ -141,7 +141,7 @@ class SearchService:
             settings.rrf_k,
             settings.rrf_dense_weight,
             settings.rrf_sparse_weight,
-            settings.fusion_across_languages,
+            settings.fusion_other_languages,
         )
         embedder, scorer = services.embedder, services.scorer
         placement = resolve_placement(settings.device, settings.dtype)
@@ -230,7 +230,7 @@ class SearchService:
             rrf_k or self._fusion.k,
             dense_weight or self._fusion.dense_weight,
             sparse_weight or self._fusion.sparse_weight,
-            self._fusion.across_languages,
+            self._fusion.other_languages,
         )
         started = time.perf_counter()
         vector = None

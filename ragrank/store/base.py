@@ -152,9 +152,9 @@ class Fusion:
     k: int = 2
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
-    #: Given the query's languages, a passage in another one is judged by the dense list in
-    #: BM25's place (see `ragrank/store/fusion.py`).
-    across_languages: bool = True
+    #: Given the query's languages, how much of BM25's part a passage in another language
+    #: takes from the dense list instead (see `ragrank/store/fusion.py`); 0 fuses as Qdrant.
+    other_languages: float = 0.5
 
     @property
     def weights(self) -> list[float] | None:
@@ -416,7 +416,7 @@ class Store(ABC):
             request.dense is not None
             and request.sparse is not None
             and languages
-            and request.fusion.across_languages
+            and request.fusion.other_languages > 0
         ):
             hits = fuse_by_language(
                 self._query(replace(request, sparse=None)),

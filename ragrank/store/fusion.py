@@ -4,10 +4,11 @@ BM25 matches words, so it can only judge a passage written in the query's langua
 fusion cannot know that: a translation of the answer that the dense list ranks first scores
 nothing in the BM25 list, exactly as an irrelevant passage does, and the query's own-language
 lexical matches are lifted above it. Here a passage whose stored language differs from the
-query's takes the dense list's judgement in BM25's place (or BM25's own, when BM25 found it
-anyway and ranked it higher). Passages in the query's language, and those of no known
-language, are fused exactly as Qdrant fuses them: the same RRF and DBSF formulas, so a
-single-language collection gets the answer Qdrant would give.
+query's takes, in BM25's place, the dense list's judgement of it scaled by `other_languages`
+(or BM25's own, when BM25 found it anyway and ranked it higher). Below 1, a passage both
+lists agree on still comes before a translation the dense list likes as much. Passages in
+the query's language, and those of no known language, are fused exactly as Qdrant fuses
+them: the same RRF and DBSF formulas, so a one-language collection gets Qdrant's answer.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ def fuse_by_language(
     languages: Collection[str],
     limit: int,
 ) -> list[Hit]:
-    """The two lists fused, each passage outside `languages` (the query's) judged by the
-    dense list in BM25's place; the best `limit`, ties by document and chunk."""
+    """The two lists fused, each passage outside `languages` (the query's) taking part of its
+    BM25 share from the dense list; the best `limit`, ties by document and chunk."""
     dense_share = _shares(dense, fusion, fusion.dense_weight)
     sparse_share = _shares(sparse, fusion, fusion.sparse_weight)
-    # The dense list's judgement, weighted as BM25's would be.
+    # The dense list's judgement, weighted as BM25's would be, scaled.
     stand_in = _shares(dense, fusion, fusion.sparse_weight)
     payloads: dict[tuple[str, int], Mapping[str, Any]] = {}
     for payload, _ in [*dense, *sparse]:
@@ -47,7 +48,7 @@ def fuse_by_language(
     for key, payload in payloads.items():
         lexical = sparse_share.get(key, 0.0)
         if not readable(payload, languages):
-            lexical = max(lexical, stand_in.get(key, 0.0))
+            lexical = max(lexical, fusion.other_languages * stand_in.get(key, 0.0))
         fused.append((payload, dense_share.get(key, 0.0) + lexical))
     fused.sort(key=lambda hit: (-hit[1], *_key(hit[0])))
     return fused[:limit]

@@ -176,7 +176,7 @@ async def test_a_language_without_an_analyser_is_searched_unstemmed(client):
 
 
 async def test_hybrid_tells_the_store_the_query_languages(
-    client, services: Services, monkeypatch: pytest.MonkeyPatch
+    client, settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch
 ):
     """The fusion learns which languages BM25 read the query in, so that it can judge the
     passages of other languages by the dense list alone."""
@@ -184,10 +184,11 @@ async def test_hybrid_tells_the_store_the_query_languages(
     search = services.store.search
 
     def spy(*args, **kwargs):
-        seen.append((list(kwargs["languages"]), kwargs["fusion"].across_languages))
+        seen.append((list(kwargs["languages"]), kwargs["fusion"].other_languages))
         return search(*args, **kwargs)
 
     monkeypatch.setattr(services.store, "search", spy)
     await _search(client, query="Durch welche Länder fließt die Donau?", rerank=False)
     await _search(client, query="Donau", language="de", retrieval="dense", rerank=False)
-    assert seen == [(["de"], True), ([], True)]
+    weight = settings.fusion_other_languages
+    assert weight > 0 and seen == [(["de"], weight), ([], weight)]

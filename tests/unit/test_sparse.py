@@ -241,25 +241,34 @@ def _languages_corpus(store: Store, encoder: QdrantBm25) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fusion", [Fusion("dbsf"), Fusion("rrf", 2), Fusion("rrf", 10, 1, 0.5)])
-def test_a_translation_keeps_the_rank_the_dense_list_gave_it(store: Store, fusion: Fusion):
+def test_a_translation_takes_its_bm25_share_from_the_dense_list(store: Store, fusion: Fusion):
     encoder = QdrantBm25(PARAMS, "english")
     query = _languages_corpus(store, encoder)
     lexical = encoder.query("granite basalt").vector
+
+    def ranked(weight: float, languages: list[str]) -> list[str]:
+        hits = store.search(
+            query,
+            9,
+            sparse=lexical,
+            fusion=replace(fusion, other_languages=weight),
+            languages=languages,
+        )
+        return [h.chunk.doc_id for h in hits]
+
     assert store.search(query, 9)[0].chunk.doc_id == "de"
-    qdrant = store.search(query, 9, sparse=lexical, fusion=fusion)
-    assert qdrant[0].chunk.doc_id != "de"  # BM25 cannot read it, and fusion counts that against it
-    aware = store.search(query, 9, sparse=lexical, fusion=fusion, languages=["en"])
-    assert aware[0].chunk.doc_id == "de"
+    qdrant = ranked(0.0, ["en"])
+    assert qdrant == [h.chunk.doc_id for h in store.search(query, 9, sparse=lexical, fusion=fusion)]
+    assert qdrant.index("de") > 0  # BM25 cannot read it, and Qdrant's fusion counts that against it
+    # The more of the dense list's judgement it takes, the higher it ranks: first when judged
+    # by the dense list alone.
+    ranks = [ranked(weight, ["en"]).index("de") for weight in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    assert ranks == sorted(ranks, reverse=True) and ranks[-1] == 0
     # The English passages keep their order among themselves.
-    english = [h.chunk.doc_id for h in qdrant if h.chunk.doc_id != "de"]
-    assert [h.chunk.doc_id for h in aware if h.chunk.doc_id != "de"] == english
-    # Asked not to, or with the German passage in the query's languages, Qdrant's order.
-    unaware = replace(fusion, across_languages=False)
-    for other in (
-        store.search(query, 9, sparse=lexical, fusion=unaware, languages=["en"]),
-        store.search(query, 9, sparse=lexical, fusion=fusion, languages=["en", "de"]),
-    ):
-        assert [h.chunk.doc_id for h in other] == [h.chunk.doc_id for h in qdrant]
+    for weight in (0.5, 1.0):
+        assert [d for d in ranked(weight, ["en"]) if d != "de"] == [d for d in qdrant if d != "de"]
+    # With the German passage in the query's languages, Qdrant's order.
+    assert ranked(1.0, ["en", "de"]) == qdrant
 
 
 @pytest.mark.parametrize("fusion", [Fusion("dbsf"), Fusion("rrf", 2), Fusion("rrf", 60, 2, 1)])
