@@ -79,7 +79,7 @@ class EvalOptions:
         1.0, "RRF's weight of the BM25 list", setting="rrf_sparse_weight"
     )
     fusion_other_languages: float = option(
-        0.5,
+        0.6,
         "how much of BM25's part of a hybrid score a passage in another language than the "
         "query's takes from the dense list instead (0: as Qdrant fuses)",
         setting="fusion_other_languages",

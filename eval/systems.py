@@ -65,7 +65,7 @@ class SystemInputs:
     #: The language each query's BM25 terms were analysed in (see `SparseQuery.language`).
     query_sparse_languages: Sequence[str | None] = ()
     #: The passages are stored with the language BM25 read each in (BM25 `auto`), so hybrid
-    #: can judge those in another language than the query's by the dense list alone.
+    #: can tell which of them BM25 could not match, as the server's does.
     languages_stored: bool = False
     scorer: Scorer | None = None
     #: Timings beyond the suite's per-query milliseconds (a reranker's pairs/s).

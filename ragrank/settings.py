@@ -274,7 +274,7 @@ class Settings:
         1.0, "RRF's weight of the BM25 list when the request does not say", ge=0.01, le=100.0
     )
     fusion_other_languages: float = setting(
-        0.5,
+        0.6,
         "with `auto` BM25, how much of BM25's part of a `hybrid` score a passage in another "
         "language than the query's (which BM25 cannot match) takes from the dense list instead: "
         "`0` fuses as Qdrant does, `1` ranks such passages by the dense list alone",

@@ -154,7 +154,7 @@ class Fusion:
     sparse_weight: float = 1.0
     #: Given the query's languages, how much of BM25's part a passage in another language
     #: takes from the dense list instead (see `ragrank/store/fusion.py`); 0 fuses as Qdrant.
-    other_languages: float = 0.5
+    other_languages: float = 0.6
 
     @property
     def weights(self) -> list[float] | None:
@@ -398,8 +398,9 @@ class Store(ABC):
         """The `limit` best chunks, optionally filtered: nearest to the dense `vector`, best
         by BM25 for `sparse`, or, given both, the two lists fused (`fusion`; DBSF by
         default, as in the settings). `languages`, the ones BM25 read the query in, lets
-        the fusion judge other-language passages by the dense list alone. `exact` skips the
-        dense vector index and compares with every point."""
+        the fusion give a passage in another language, which BM25 cannot match, part of
+        BM25's share from the dense list (`fusion.other_languages`). `exact` skips the dense
+        vector index and compares with every point."""
         if vector is None and sparse is None:
             raise ValueError("a search needs a dense vector, a sparse one, or both")
         if sparse is not None and not self.has_sparse():
