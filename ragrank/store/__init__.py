@@ -14,7 +14,6 @@ from ragrank.store.base import (
     Condition,
     DocumentStamp,
     Equals,
-    Fusion,
     IndexTuning,
     IsNull,
     Store,
@@ -25,6 +24,7 @@ from ragrank.store.base import (
     sparse_stamp,
 )
 from ragrank.store.edge import EdgeStore
+from ragrank.store.fusion import Fusion
 from ragrank.store.server import CollectionLayout, ServerStore
 
 if TYPE_CHECKING:

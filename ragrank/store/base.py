@@ -16,7 +16,7 @@ from ragrank.documents import Candidate, Chunk, MetadataValue, passage_text
 from ragrank.errors import SparseVectorsMissingError
 from ragrank.settings import Settings, env_name
 from ragrank.sparse import SPARSE_VECTOR, SparseEncoder, SparseVector
-from ragrank.store.fusion import fuse_by_language
+from ragrank.store.fusion import Fusion, fuse_by_language
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -142,29 +142,6 @@ Condition = Equals | AnyOf | AtLeast | IsNull | Where
 
 
 @dataclass(frozen=True)
-class Fusion:
-    """How hybrid retrieval merges its dense and sparse lists: `rrf` (reciprocal rank
-    fusion, `1 / (k + rank)` summed, ranks from 0) or `dbsf` (scores normalised by their
-    distribution). RRF weighs each list as Qdrant does, dividing its 1-based positions by the
-    list's weight: `1 / (k + (rank + 1) / weight - 1)`."""
-
-    method: str = "dbsf"
-    k: int = 2
-    dense_weight: float = 1.0
-    sparse_weight: float = 1.0
-    #: Given the query's languages, how much of BM25's part a passage in another language
-    #: takes from the dense list instead (see `ragrank/store/fusion.py`); 0 fuses as Qdrant.
-    other_languages: float = 0.6
-
-    @property
-    def weights(self) -> list[float] | None:
-        """Qdrant's RRF weights, in prefetch order (dense, then sparse); None when equal."""
-        if self.dense_weight == self.sparse_weight == 1.0:
-            return None
-        return [self.dense_weight, self.sparse_weight]
-
-
-@dataclass(frozen=True)
 class Retrieval:
     """One first-stage query: nearest by the dense or the sparse vector, or both fused."""
 
@@ -173,7 +150,7 @@ class Retrieval:
     limit: int
     where: Where | None = None
     exact: bool = False
-    fusion: Fusion = Fusion()
+    fusion: Fusion = field(default_factory=Fusion)
 
 
 def stored_vectors(vector: Any) -> tuple[list[float], SparseVector | None]:

@@ -30,7 +30,6 @@ from ragrank.store.base import (
     AnyOf,
     AtLeast,
     Condition,
-    Fusion,
     IndexTuning,
     IsNull,
     Retrieval,
@@ -44,6 +43,8 @@ from ragrank.store.legacy import legacy_collections
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
+
+    from ragrank.store.fusion import Fusion
 
 #: Edge writes the shard's configuration here; ragrank reads the vector size back from it.
 EDGE_CONFIG_FILE = "edge_config.json"

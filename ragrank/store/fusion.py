@@ -13,6 +13,7 @@ them: the same RRF and DBSF formulas, so a one-language collection gets Qdrant's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +23,29 @@ from ragrank.language import declared_language
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
 
-    from ragrank.store.base import Fusion
+
+@dataclass(frozen=True)
+class Fusion:
+    """How hybrid retrieval merges its dense and sparse lists: `rrf` (reciprocal rank
+    fusion, `1 / (k + rank)` summed, ranks from 0) or `dbsf` (scores normalised by their
+    distribution). RRF weighs each list as Qdrant does, dividing its 1-based positions by the
+    list's weight: `1 / (k + (rank + 1) / weight - 1)`."""
+
+    method: str = "dbsf"
+    k: int = 2
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+    #: Given the query's languages, how much of BM25's part a passage in another language
+    #: takes from the dense list instead (see `ragrank/store/fusion.py`); 0 fuses as Qdrant.
+    other_languages: float = 0.6
+
+    @property
+    def weights(self) -> list[float] | None:
+        """Qdrant's RRF weights, in prefetch order (dense, then sparse); None when equal."""
+        if self.dense_weight == self.sparse_weight == 1.0:
+            return None
+        return [self.dense_weight, self.sparse_weight]
+
 
 #: A search hit as an engine returns it: its payload and its score.
 Hit = tuple["Mapping[str, Any]", float]

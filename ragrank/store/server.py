@@ -16,7 +16,6 @@ from ragrank.store.base import (
     AnyOf,
     AtLeast,
     Condition,
-    Fusion,
     IndexTuning,
     IsNull,
     Retrieval,
@@ -28,6 +27,8 @@ from ragrank.store.base import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from ragrank.store.fusion import Fusion
 
 
 @dataclass(frozen=True)
