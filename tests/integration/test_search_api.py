@@ -118,11 +118,12 @@ async def test_rerank_false_returns_the_first_stage_as_the_store_gives_it(
     assert scores == sorted(scores, reverse=True)
     assert [hit["score"] for hit in body["results"]] == scores
     vector = services.embedder.embed_queries([QUERY])[0]
-    lexical = services.sparse.query(QUERY).vector
+    analysed = services.sparse.query(QUERY)
+    lexical, languages = analysed.vector, (analysed.language or "").split("+")
     direct = {
         "dense": lambda: services.store.search(vector, 10),
         "sparse": lambda: services.store.search(None, 10, sparse=lexical),
-        "hybrid": lambda: services.store.search(vector, 10, sparse=lexical),
+        "hybrid": lambda: services.store.search(vector, 10, sparse=lexical, languages=languages),
     }[retrieval]()
     assert [(h["doc_id"], h["chunk"]) for h in body["results"]] == [
         (c.chunk.doc_id, c.chunk.chunk_index) for c in direct
