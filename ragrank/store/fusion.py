@@ -36,7 +36,7 @@ class Fusion:
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
     #: Given the query's languages, how much of BM25's part a passage in another language
-    #: takes from the dense list instead (see `ragrank/store/fusion.py`); 0 fuses as Qdrant.
+    #: takes from the dense list instead (see `fuse_by_language`); 0 fuses as Qdrant does.
     other_languages: float = 0.6
 
     @property

@@ -179,9 +179,9 @@ async def test_a_language_without_an_analyser_is_searched_unstemmed(client):
 async def test_hybrid_tells_the_store_the_query_languages(
     client, settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch
 ):
-    """The fusion learns which languages BM25 read the query in, so that it can judge the
-    passages of other languages by the dense list alone."""
-    seen: list[tuple[list[str], bool]] = []
+    """The fusion learns which languages BM25 read the query in, so that passages in other
+    languages can take part of BM25's share from the dense list."""
+    seen: list[tuple[list[str], float]] = []
     search = services.store.search
 
     def spy(*args, **kwargs):
