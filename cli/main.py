@@ -187,26 +187,28 @@ def _worker(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from indexing import JobStore, Worker
+    from indexing import Worker, open_job_queue
     from ragrank.models import SentenceTransformerEmbedder
     from ragrank.store import open_store
 
     settings = settings_from_args(args)
-    embedder = SentenceTransformerEmbedder.from_settings(settings)
-    store = open_store(settings)
+    jobs = open_job_queue(settings)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    try:
-        worker = Worker.from_settings(
-            settings, embedder, store, JobStore(settings.jobs_path), optimize_when_idle=True
-        )
-        logging.getLogger(__name__).info(
-            "worker: jobs %s, watching %s", settings.jobs_path, settings.watch or "nothing"
-        )
-        worker.run(stop)
-    finally:
-        store.close()
+    # The queue first: a worker it refuses stops before loading models or opening the store.
+    with jobs.as_worker(embedded_store=settings.uses_embedded_qdrant):
+        embedder = SentenceTransformerEmbedder.from_settings(settings)
+        store = open_store(settings)
+        try:
+            worker = Worker.from_settings(settings, embedder, store, jobs, optimize_when_idle=True)
+            logging.getLogger(__name__).info(
+                "worker: jobs %s, watching %s", jobs.describe(), settings.watch or "nothing"
+            )
+            worker.run(stop)
+        finally:
+            store.close()
+            jobs.close()
     return 0
 
 

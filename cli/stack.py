@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from litestar import Litestar
 
-    from indexing import JobStore
+    from indexing import JobQueue
     from ragrank.settings import Settings
     from server import Services
     from server.app import Companion
@@ -51,7 +51,7 @@ def in_process_worker(settings: Settings) -> Companion:
     """The indexing worker as a companion of the API, on the API's models and store."""
     from indexing import worker_thread
 
-    def companion(services: Services, jobs: JobStore) -> AbstractContextManager[object]:
+    def companion(services: Services, jobs: JobQueue) -> AbstractContextManager[object]:
         return worker_thread(settings, services.embedder, services.store, jobs)
 
     return companion

@@ -14,7 +14,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
-from indexing import JobStore
+from indexing import JobQueue, open_job_queue
 from ragrank import __version__
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.errors import EXCEPTION_HANDLERS, body_too_large
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 #: Something that runs for as long as the app serves, with the app's services and job queue:
 #: `ragrank serve` hands in the indexing worker this way on an embedded Qdrant folder, which only
 #: one process may open.
-Companion = Callable[[Services, JobStore], AbstractContextManager[object]]
+Companion = Callable[[Services, JobQueue], AbstractContextManager[object]]
 
 
 def create_app(
@@ -48,16 +48,17 @@ def create_app(
     """Build the Litestar app. Without `services`, models and store load at startup from
     `settings` and are closed at shutdown; given ones stay owned by the caller. Each of
     `alongside` is entered once the services are ready and left before they close."""
-    jobs: list[JobStore] = []  # opened on first use
+    jobs: list[JobQueue] = []  # opened on first use
 
-    def provide_jobs() -> JobStore:
+    def provide_jobs() -> JobQueue:
         if not jobs:
-            jobs.append(JobStore(settings.jobs_path))
+            jobs.append(open_job_queue(settings))
         return jobs[0]
 
     def job_states() -> Mapping[str, int]:
-        # A server that never took a write has no queue file, and a scrape makes none.
-        return provide_jobs().states() if jobs or settings.jobs_path.exists() else {}
+        # A server that never took a write has no SQLite queue file, and a scrape makes none.
+        shared = settings.jobs_url is not None
+        return provide_jobs().states() if jobs or shared or settings.jobs_path.exists() else {}
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -79,6 +80,8 @@ def create_app(
                         companions.enter_context(companion(ready, provide_jobs()))
                     yield
         finally:
+            if jobs:
+                jobs[0].close()
             if owned:
                 ready.store.close()
 

@@ -22,6 +22,8 @@ from ragrank.errors import (
     EngineUnavailableError,
     InvalidRequestError,
     ItemTooLargeError,
+    JobQueueError,
+    JobQueueUnavailableError,
     ModelError,
     ModelLoadError,
     QueueFullError,
@@ -91,6 +93,15 @@ def unavailable(_: Request[Any, Any, Any], exc: RagrankError) -> Response[Any]:
     return _error(HTTP_503_SERVICE_UNAVAILABLE, exc.code, str(exc))
 
 
+def job_queue_unavailable(
+    _: Request[Any, Any, Any], exc: JobQueueUnavailableError
+) -> Response[Any]:
+    """A shared queue's database is down or restarting: nothing was accepted, so the client
+    retries; documents accepted earlier are safe in it."""
+    log.warning("job queue unavailable: %s", exc)
+    return _error(HTTP_503_SERVICE_UNAVAILABLE, exc.code, str(exc), headers={"Retry-After": "2"})
+
+
 def queue_full(_: Request[Any, Any, Any], exc: QueueFullError) -> Response[Any]:
     return _error(
         HTTP_429_TOO_MANY_REQUESTS,
@@ -139,6 +150,8 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     StoreError: unavailable,
     ModelLoadError: unavailable,
     EngineUnavailableError: unavailable,
+    JobQueueError: unavailable,
+    JobQueueUnavailableError: job_queue_unavailable,
     QueueFullError: queue_full,
     RequestTimeoutError: _status(HTTP_504_GATEWAY_TIMEOUT),
     ItemTooLargeError: _status(HTTP_413_REQUEST_ENTITY_TOO_LARGE),

@@ -10,6 +10,7 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from prometheus_client import Counter, Gauge, Histogram
 
 from indexing import JOB_STATES
+from ragrank.errors import JobQueueUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -54,7 +55,14 @@ RERANK_FALLBACKS = Counter(
     "Searches with rerank=auto answered in cosine order, by the reranker's error code",
     ["code"],
 )
-JOBS = Gauge("ragrank_jobs", "Jobs in the durable queue, by state", ["state"])
+JOBS = Gauge(
+    "ragrank_jobs",
+    "Jobs in the durable queue, by state (a shared queue: every replica reports the same)",
+    ["state"],
+)
+JOB_QUEUE_UP = Gauge(
+    "ragrank_job_queue_up", "1 when the last scrape could read the job queue, else 0"
+)
 ERRORS = Counter(
     "ragrank_errors_total", "Error responses by HTTP status and error code", ["status", "code"]
 )
@@ -77,16 +85,22 @@ def instrument(engine: BatchEngine[Any, Any, Any]) -> None:
 
 def instrument_jobs(states: Callable[[], Mapping[str, int]]) -> None:
     """Report the job queue's size by state, read once per scrape: a scrape reads the gauges
-    in the order they were made, and the first one counts for all."""
+    in the order they were made, and the first one counts for all. A queue that cannot be
+    read reports `ragrank_job_queue_up 0` and no counts, and the scrape still answers."""
     last: list[Mapping[str, int]] = [{}]
+    up = [1.0]
 
-    def read(state: str) -> int:
+    def read(state: str) -> float:
         if state == JOB_STATES[0]:
-            last[0] = states()
-        return last[0].get(state, 0)
+            try:
+                last[0], up[0] = states(), 1.0
+            except JobQueueUnavailableError:
+                last[0], up[0] = {}, 0.0
+        return last[0].get(state, 0) if up[0] else float("nan")
 
     for state in JOB_STATES:
         JOBS.labels(state=state).set_function(partial(read, state))
+    JOB_QUEUE_UP.set_function(lambda: up[0])
 
 
 PROMETHEUS = PrometheusConfig(

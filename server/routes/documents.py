@@ -13,7 +13,7 @@ from litestar.params import Parameter
 from litestar.status_codes import HTTP_202_ACCEPTED
 from msgspec import Meta, Struct
 
-from indexing import JobStore
+from indexing import JobQueue
 from ragrank.documents import Document
 from ragrank.errors import InvalidRequestError
 from ragrank.ids import (
@@ -73,6 +73,8 @@ class JobStatus(Struct, frozen=True, kw_only=True):
     errors: list[JobError]
     created_at: float
     updated_at: float
+    #: Workers that took the job: above 1 after Qdrant was unreachable or a worker was lost.
+    attempts: int = 0
 
 
 DOCUMENTS_PATH = "/v1/documents"
@@ -100,9 +102,9 @@ JobIdParameter = Annotated[
     status_code=HTTP_202_ACCEPTED,
     sync_to_thread=True,
     opt={WRITES: True},
-    responses=error_responses(400, 401, 403, 413, 415, 500),
+    responses=error_responses(400, 401, 403, 413, 415, 500, 503),
 )
-def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
+def add_documents(data: DocumentsRequest, jobs: JobQueue) -> JobAccepted:
     """Queue documents for indexing; a document with an existing `id` replaces it."""
     documents = [
         Document(doc_id=d.id, text=d.text, title=d.title, metadata=d.metadata)
@@ -116,10 +118,10 @@ def add_documents(data: DocumentsRequest, jobs: JobStore) -> JobAccepted:
     status_code=HTTP_202_ACCEPTED,
     sync_to_thread=True,
     opt={WRITES: True},
-    responses=error_responses(400, 401, 403, 500),
+    responses=error_responses(400, 401, 403, 500, 503),
 )
 def delete_document(
-    doc_id: DocIdParameter, jobs: JobStore, request: Request[Any, Any, Any]
+    doc_id: DocIdParameter, jobs: JobQueue, request: Request[Any, Any, Any]
 ) -> JobAccepted:
     """Queue the deletion of a document and all its chunks."""
     del doc_id  # Litestar's value is normalised; the id is read from the raw path
@@ -142,8 +144,10 @@ def _doc_id_in_path(request: Request[Any, Any, Any]) -> str:
     return doc_id
 
 
-@get("/v1/jobs/{job_id:str}", sync_to_thread=True, responses=error_responses(400, 401, 404, 500))
-def job_status(job_id: JobIdParameter, jobs: JobStore) -> JobStatus:
+@get(
+    "/v1/jobs/{job_id:str}", sync_to_thread=True, responses=error_responses(400, 401, 404, 500, 503)
+)
+def job_status(job_id: JobIdParameter, jobs: JobQueue) -> JobStatus:
     if not is_job_id(job_id):
         raise InvalidRequestError(f"job_id: a job id is {JOB_ID_RULE}", field="job_id")
     job = jobs.get(job_id)
@@ -158,6 +162,7 @@ def job_status(job_id: JobIdParameter, jobs: JobStore) -> JobStatus:
         errors=[JobError(doc_id=e["doc_id"], error=e["error"]) for e in job.errors],
         created_at=job.created,
         updated_at=job.updated,
+        attempts=job.attempts,
     )
 
 

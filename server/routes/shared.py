@@ -71,7 +71,8 @@ ERROR_DESCRIPTIONS = {
     415: "The body is not sent as `application/json`.",
     429: "The model's queue is full; retry after `Retry-After` seconds.",
     500: "An unexpected failure; the body holds no internals.",
-    503: "Qdrant or a model is unavailable.",
+    503: "Qdrant, a model or the job queue is unavailable; retry after `Retry-After` seconds "
+    "where given.",
     504: "The request waited longer than the server's request timeout.",
 }
 #: What every route that runs a model can answer besides 200.

@@ -51,14 +51,14 @@ def jobs_done(soak: Soak, finished: dict[str, str], queue: list[Any]) -> dict[st
 
 def replay(settings: Settings, queue: list[Any], work: Path) -> dict[str, Any]:
     """Run the queue's jobs again, in order, on a fresh store, and compare the two."""
-    from indexing import JobStore, Worker
+    from indexing import Worker, open_job_queue
     from ragrank.models import SentenceTransformerEmbedder
     from ragrank.store import open_store
 
     fresh = settings.replace(
-        qdrant_path=work / "replay-qdrant", jobs_path=work / "replay-jobs.sqlite3"
+        qdrant_path=work / "replay-qdrant", jobs_path=work / "replay-jobs.sqlite3", jobs_url=None
     )
-    jobs = JobStore(fresh.jobs_path)
+    jobs = open_job_queue(fresh)
     for job in queue:
         if job.kind == "upsert":
             jobs.add_upsert(job.documents())

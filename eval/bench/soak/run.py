@@ -173,12 +173,12 @@ class Run:
 def _report(
     run: Run, argv: Sequence[str] | None, seed: int, finished: dict[str, str], env: dict[str, str]
 ) -> dict[str, Any]:
-    from indexing import JobStore
+    from indexing import open_job_queue
     from ragrank.settings import Settings
 
     soak, samples = run.soak, run.samples
     settings = Settings.from_env(env)
-    queue = list(JobStore(settings.jobs_path).jobs())
+    queue = list(open_job_queue(settings).jobs())
     checks = {
         "no_5xx": no_5xx(soak),
         "every_accepted_job_done": jobs_done(soak, finished, queue),
