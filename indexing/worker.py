@@ -1,5 +1,6 @@
 """The indexing worker: runs queued jobs (documents posted to or deleted through the API) and
-keeps watched folders in sync, polling both."""
+keeps watched folders in sync. Any number run on a shared (PostgreSQL) queue: each renews the
+lease on the job in hand, and a worker cut off from the queue waits and reconnects."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from typing import TYPE_CHECKING
 
 from indexing.pipeline import Indexer, IndexSummary
 from indexing.sources import read_documents
-from ragrank.errors import StoreUnreachableError
+from ragrank.errors import JobQueueUnavailableError, StoreUnreachableError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
 
-    from indexing.jobs import Job, JobStore
+    from indexing.jobs import Job, JobQueue
     from ragrank.documents import Document
     from ragrank.protocols import Embedder
     from ragrank.settings import Settings
@@ -33,7 +34,7 @@ API_ORIGIN = "api"
 @dataclass
 class Worker:
     indexer: Indexer
-    jobs: JobStore
+    jobs: JobQueue
     watch: Sequence[Path] = ()
     watch_interval_s: float = 30.0
     poll_s: float = 1.0
@@ -46,6 +47,9 @@ class Worker:
     #: The worker shares its process with the API's searches: the build must not stop them
     #: (see `EdgeStore.optimize`).
     alongside_searches: bool = False
+    #: The store is an embedded folder: such a worker must be its queue's only one.
+    embedded_store: bool = False
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _last_sweep: float = field(default=float("-inf"), init=False)
     _wrote: bool = field(default=False, init=False)
     _retry_s: float = field(default=0.0, init=False)
@@ -57,7 +61,7 @@ class Worker:
         settings: Settings,
         embedder: Embedder,
         store: Store,
-        jobs: JobStore,
+        jobs: JobQueue,
         *,
         optimize_when_idle: bool = False,
         alongside_searches: bool = False,
@@ -69,21 +73,40 @@ class Worker:
             watch_interval_s=settings.watch_interval_s,
             optimize_when_idle=optimize_when_idle,
             alongside_searches=alongside_searches,
+            embedded_store=settings.uses_embedded_qdrant,
         )
 
     def run(self, stop: threading.Event) -> None:
-        """Work until `stop` is set."""
-        requeued = self.jobs.requeue_running()
-        if requeued:
-            log.info("worker: %d interrupted job(s) queued again", requeued)
-        while not stop.is_set():
-            worked = self.run_once()
-            self._wrote = self._wrote or worked
-            if not worked:
-                if self.optimize_when_idle and self._wrote:
-                    self._wrote = False
-                    self._optimize()
-                stop.wait(self.poll_s)
+        """Work until `stop` is set. While the queue cannot be reached the worker waits,
+        doubling the pause up to the cap, and carries on where it was once it can."""
+        self._stop = stop
+        with self.jobs.as_worker(embedded_store=self.embedded_store) as requeued:
+            if requeued:
+                log.info("worker: %d interrupted job(s) queued again", requeued)
+            while not stop.is_set():
+                try:
+                    worked = self.run_once()
+                except JobQueueUnavailableError as exc:
+                    self._back_off(f"{exc}")
+                    stop.wait(self._retry_s)
+                    continue
+                self._wrote = self._wrote or worked
+                if not worked:
+                    if self.optimize_when_idle and self._wrote:
+                        self._wrote = False
+                        self._optimize()
+                    self._wait()
+
+    def _wait(self) -> None:
+        try:
+            self.jobs.wait_for_work(self.poll_s, self._stop)
+        except JobQueueUnavailableError as exc:
+            self._back_off(f"{exc}")
+            self._stop.wait(self._retry_s)
+
+    def _back_off(self, why: str) -> None:
+        self._retry_s = min(max(self._retry_s * 2, self.retry_initial_s), self.retry_max_s)
+        log.warning("worker: %s; retrying in %.0f s", why, self._retry_s)
 
     def _optimize(self) -> None:
         try:
@@ -104,8 +127,9 @@ class Worker:
         if self.watch and time.monotonic() - self._last_sweep >= self.watch_interval_s:
             self._last_sweep = time.monotonic()
             for folder in self.watch:
-                self.sweep(folder)
-            worked = True
+                if self.jobs.owns_folder(str(folder.resolve())):
+                    self.sweep(folder)
+                    worked = True
         return worked
 
     def sweep(self, folder: Path) -> IndexSummary | None:
@@ -128,27 +152,64 @@ class Worker:
         pause the worker (a job is never marked done before its writes landed). Whether it
         ended."""
         try:
-            if job.kind == "delete":
-                counts, errors = self._delete(str(job.payload["doc_id"]))
-            else:
-                counts, errors = self._upsert(job.documents())
+            with self._renewing(job):
+                if job.kind == "delete":
+                    counts, errors = self._delete(str(job.payload["doc_id"]))
+                else:
+                    counts, errors = self._upsert(job.documents())
         except StoreUnreachableError as exc:
-            self.jobs.release(job.id)
-            self._retry_s = min(max(self._retry_s * 2, self.retry_initial_s), self.retry_max_s)
+            self._back_off(f"Qdrant unreachable ({exc}); job {job.id} queued again")
             self._paused_until = time.monotonic() + self._retry_s
-            log.warning(
-                "worker: Qdrant unreachable (%s); job %s queued again, retrying in %.0f s",
-                exc,
-                job.id,
-                self._retry_s,
-            )
+            self.jobs.retry_later(job.id, self._retry_s)
             return False
         except Exception as exc:  # the job fails; the worker carries on
             log.exception("worker: job %s failed", job.id)
             counts, errors = {}, [{"doc_id": "", "error": f"{type(exc).__name__}: {exc}"}]
         self._retry_s = 0.0
-        self.jobs.finish(job.id, counts, errors)
+        self._finish(job, counts, errors)
         return True
+
+    def _finish(
+        self, job: Job, counts: Mapping[str, int], errors: Sequence[Mapping[str, str]]
+    ) -> None:
+        """Record the outcome, waiting out a queue that cannot be reached; should the worker
+        stop first, the lease runs out and another worker runs the job again (a re-run
+        writes the same points)."""
+        while True:
+            try:
+                if not self.jobs.finish(job.id, counts, errors):
+                    log.warning("worker: job %s was taken over by another worker", job.id)
+                return
+            except JobQueueUnavailableError as exc:
+                self._back_off(f"{exc}; job {job.id} is done but not yet recorded")
+                if self._stop.wait(self._retry_s):
+                    return
+
+    @contextmanager
+    def _renewing(self, job: Job) -> Iterator[None]:
+        """Renew the claim on `job` every third of its lease while the block runs."""
+        lease_s = self.jobs.lease_s
+        if lease_s is None:
+            yield
+            return
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(lease_s / 3):
+                try:
+                    if not self.jobs.renew(job.id):
+                        log.warning("worker: lost the lease on job %s", job.id)
+                        return
+                except JobQueueUnavailableError as exc:
+                    log.warning("worker: cannot renew the lease on job %s: %s", job.id, exc)
+
+        thread = threading.Thread(target=renew, name=f"ragrank-lease-{job.id[:8]}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def _upsert(self, documents: list[Document]) -> tuple[dict[str, int], list[Mapping[str, str]]]:
         """Index the batch; if that fails, index its documents one by one so that one bad
@@ -184,7 +245,7 @@ class Worker:
 
 @contextmanager
 def worker_thread(
-    settings: Settings, embedder: Embedder, store: Store, jobs: JobStore
+    settings: Settings, embedder: Embedder, store: Store, jobs: JobQueue
 ) -> Iterator[Worker]:
     """The worker on a thread of this process, sharing a server's models and store: an embedded
     Qdrant folder can be open in one process only. Stops, and waits for the job in hand, on
@@ -194,9 +255,11 @@ def worker_thread(
     )
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
-    thread.start()
-    try:
-        yield worker
-    finally:
-        stop.set()
-        thread.join()
+    # Joined here, not on the thread, so that a refused worker stops the server's start-up.
+    with jobs.as_worker(embedded_store=worker.embedded_store):
+        thread.start()
+        try:
+            yield worker
+        finally:
+            stop.set()
+            thread.join()

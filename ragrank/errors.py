@@ -44,6 +44,19 @@ class SparseVectorsMissingError(CollectionMismatchError):
     code = "sparse_vectors_missing"
 
 
+class JobQueueError(RagrankError):
+    """The job queue refused an operation: a second worker where only one may run, or a
+    schema newer than this version knows."""
+
+    code = "job_queue_error"
+
+
+class JobQueueUnavailableError(JobQueueError):
+    """The job queue's database cannot be reached now: worth retrying."""
+
+    code = "job_queue_unavailable"
+
+
 class DocumentError(RagrankError):
     """An input document is malformed; the message names the source and the line."""
 

@@ -378,9 +378,29 @@ class Settings:
     )
     jobs_path: Path = setting(
         Path("ragrank-data/jobs.sqlite3"),
-        "the durable job queue (SQLite) that the API writes and the worker reads; on a volume "
-        "both can reach",
+        "the durable job queue (SQLite) that the API writes and its one worker reads, on one "
+        "machine; unused when `RAGRANK_JOBS_URL` is set",
         flags="worker",
+    )
+    jobs_url: str | None = setting(
+        None,
+        "a PostgreSQL URL (`postgresql://user:password@host:5432/db`) for a job queue shared by "
+        "any number of API replicas and workers on any hosts; its tables are created and "
+        "migrated on first use",
+        flags="worker",
+        secret=True,
+    )
+    jobs_lease_s: int = setting(
+        30,
+        "seconds a worker's claim on a job lasts (PostgreSQL queue); the worker renews it every "
+        "third of that, and a job whose worker died runs again once it ran out",
+        ge=3,
+    )
+    jobs_max_lost: int = setting(
+        3,
+        "times a job may lose its worker (killed, or cut off for longer than the lease) and be "
+        "taken over; the next loss ends it `failed` (PostgreSQL queue)",
+        ge=0,
     )
     watch: str = setting(
         "",
@@ -487,7 +507,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         # An empty variable (as compose files pass them) means "not set".
-        for name in ("qdrant_url", "qdrant_api_key"):
+        for name in ("qdrant_url", "qdrant_api_key", "jobs_url"):
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
         query, passage = default_prefixes(self.embed_model)
@@ -533,6 +553,11 @@ class Settings:
                         f"{env_name(name)}={getattr(self, name)}, which bounds every JSON body "
                         f"first: raise {env_name(name)} too"
                     )
+        if self.jobs_url and not self.jobs_url.startswith(("postgresql://", "postgres://")):
+            raise SettingsError(
+                f"{env_name('jobs_url')} must be a PostgreSQL URL: postgresql://user:password@"
+                f"host:5432/database"
+            )
         problem = collection_problem(self.collection)
         if problem:
             raise SettingsError(f"{env_name('collection')}: {problem}")

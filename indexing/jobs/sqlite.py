@@ -1,27 +1,30 @@
-"""A durable job queue in one SQLite file, shared by the API (which enqueues) and the worker
+"""The job queue in one SQLite file, shared by the API (which enqueues) and its one worker
 (which runs jobs). SQLite gives atomic claims across processes on one machine or volume, survives
-a restart of either side, and needs no other service."""
+a restart of either side, and needs no other service; its locks are unsafe on network file
+systems, so the queue never leaves one machine (PostgreSQL's does)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from dataclasses import replace
+from typing import IO, TYPE_CHECKING, Any
 
-from ragrank.documents import Document
+from indexing.jobs import JOB_STATES, Job, JobKind, upsert_payload
+from ragrank.errors import JobQueueError
+from ragrank.settings import env_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
 
-JobKind = Literal["upsert", "delete"]
-JobState = Literal["queued", "running", "done", "failed"]
-JOB_STATES: tuple[JobState, ...] = get_args(JobState)
+    from ragrank.documents import Document
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -32,48 +35,36 @@ CREATE TABLE IF NOT EXISTS jobs (
     counts TEXT NOT NULL DEFAULT '{}',
     errors TEXT NOT NULL DEFAULT '[]',
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0
 );
 DROP INDEX IF EXISTS jobs_queued;
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 """
 
 
-@dataclass(frozen=True)
-class Job:
-    id: str
-    kind: JobKind
-    state: JobState
-    payload: Mapping[str, Any]
-    counts: Mapping[str, int] = field(default_factory=dict)
-    #: One entry per failed document: {"doc_id": ..., "error": ...}.
-    errors: Sequence[Mapping[str, str]] = ()
-    created: float = 0.0
-    updated: float = 0.0
+class SqliteJobQueue:
+    """Jobs in SQLite. Safe to share between threads and processes; one worker at a time."""
 
-    def documents(self) -> list[Document]:
-        return [
-            Document(doc_id=d["doc_id"], text=d["text"], title=d["title"], metadata=d["metadata"])
-            for d in self.payload.get("documents", [])
-        ]
-
-
-class JobStore:
-    """Jobs in SQLite. Safe to share between threads and processes."""
+    #: One worker, in order: a claim never expires (a restarted worker requeues what it held).
+    lease_s: float | None = None
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
+        self._worker_lock: IO[str] | None = None
         with self._connect() as db:
             db.executescript(_SCHEMA)
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+            if "attempts" not in columns:  # a queue written before attempts were counted
+                db.execute("ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0")
+
+    def describe(self) -> str:
+        return str(self.path)
 
     def add_upsert(self, documents: Sequence[Document]) -> str:
-        records = [
-            {"doc_id": d.doc_id, "text": d.text, "title": d.title, "metadata": dict(d.metadata)}
-            for d in documents
-        ]
-        return self._add("upsert", {"documents": records})
+        return self._add("upsert", upsert_payload(documents))
 
     def add_delete(self, doc_id: str) -> str:
         return self._add("delete", {"doc_id": doc_id})
@@ -95,14 +86,20 @@ class JobStore:
             if row is None:
                 return None
             db.execute(
-                "UPDATE jobs SET state = 'running', updated = ? WHERE id = ?",
+                "UPDATE jobs SET state = 'running', updated = ?, attempts = attempts + 1 "
+                "WHERE id = ?",
                 (time.time(), row["id"]),
             )
-        return replace(_job(row), state="running")
+        job = _job(row)
+        return replace(job, state="running", attempts=job.attempts + 1)
+
+    def renew(self, job_id: str) -> bool:
+        del job_id  # claims never expire
+        return True
 
     def finish(
         self, job_id: str, counts: Mapping[str, int], errors: Sequence[Mapping[str, str]]
-    ) -> None:
+    ) -> bool:
         """Done, or failed when nothing of it succeeded."""
         failed = bool(errors) and not any(v for k, v in counts.items() if k != "failed")
         with self._connect() as db:
@@ -116,6 +113,7 @@ class JobStore:
                     job_id,
                 ),
             )
+        return True
 
     def jobs(self) -> Iterator[Job]:
         """Every job, in the order the worker takes them."""
@@ -130,15 +128,55 @@ class JobStore:
         found = {row[0]: row[1] for row in rows}
         return {state: found.get(state, 0) for state in JOB_STATES}
 
-    def release(self, job_id: str) -> None:
-        """Put a running job back in the queue, untouched, to be run again later."""
+    def retry_later(self, job_id: str, delay_s: float) -> None:
+        """Back to the queue, still first: the one worker pauses itself for `delay_s`."""
+        del delay_s
         with self._connect() as db:
             db.execute(
                 "UPDATE jobs SET state = 'queued', updated = ? WHERE id = ? AND state = 'running'",
                 (time.time(), job_id),
             )
 
-    def requeue_running(self) -> int:
+    @contextmanager
+    def as_worker(self, *, embedded_store: bool) -> Iterator[int]:
+        """Hold the queue's worker lock (a file beside it) for the block, then put back the
+        jobs a dead worker left running: with one worker, whatever runs is its own."""
+        del embedded_store  # one worker either way
+        if self._worker_lock is not None:  # already this object's worker
+            yield 0
+            return
+        handle = self.path.with_name(self.path.name + ".worker").open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise JobQueueError(
+                f"Another worker runs the job queue {self.path}. A SQLite queue allows one "
+                f"worker: for several, put the queue on PostgreSQL ({env_name('jobs_url')}) "
+                f"and Qdrant on a server ({env_name('qdrant_url')})."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._worker_lock = handle
+        try:
+            yield self._requeue_running()
+        finally:
+            self._worker_lock = None
+            handle.close()
+
+    def owns_folder(self, origin: str) -> bool:
+        del origin  # the queue's one worker syncs every folder it watches
+        return True
+
+    def wait_for_work(self, timeout_s: float, stop: threading.Event) -> None:
+        stop.wait(timeout_s)
+
+    def close(self) -> None:
+        """Nothing stays open between calls."""
+
+    def _requeue_running(self) -> int:
         """Put back jobs a dead worker left running (each job is an idempotent sync)."""
         with self._connect() as db:
             cursor = db.execute(
@@ -186,4 +224,5 @@ def _job(row: sqlite3.Row) -> Job:
         errors=json.loads(row["errors"]),
         created=row["created"],
         updated=row["updated"],
+        attempts=row["attempts"],
     )
