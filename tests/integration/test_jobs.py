@@ -9,14 +9,15 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import pytest
 from litestar.testing import AsyncTestClient
 
 from cli import in_process_worker
 from indexing import Chunker, Indexer
-from indexing.jobs import JobStore
+from indexing.jobs.sqlite import SqliteJobQueue
 from indexing.worker import Worker
 from ragrank.documents import Document
-from ragrank.errors import StoreError, StoreUnreachableError
+from ragrank.errors import JobQueueError, StoreError, StoreUnreachableError
 from ragrank.settings import Settings
 from server import create_app
 from server.services import Services
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
-    import pytest
 
 
 class PoisonedEmbedder(FakeEmbedder):
@@ -39,7 +39,7 @@ class PoisonedEmbedder(FakeEmbedder):
         return super().embed_passages(texts)
 
 
-def _worker(services: Services, jobs: JobStore, **options: object) -> Worker:
+def _worker(services: Services, jobs: SqliteJobQueue, **options: object) -> Worker:
     embedder = services.embedder
     indexer = Indexer(
         embedder, services.store, chunker=Chunker(embedder.token_spans, 50), sparse=services.sparse
@@ -110,7 +110,7 @@ async def test_api_replicas_share_only_qdrant_and_the_job_queue(
         )
         for _ in range(2)
     ]
-    indexer = _worker(fake_services, JobStore(settings.jobs_path), poll_s=0.02)
+    indexer = _worker(fake_services, SqliteJobQueue(settings.jobs_path), poll_s=0.02)
     stop = threading.Event()
     thread = threading.Thread(target=indexer.run, args=(stop,))
     thread.start()
@@ -167,7 +167,7 @@ def test_a_job_waits_for_an_unreachable_qdrant_and_is_never_done_before_it_lands
         upsert(*args, **kwargs)
 
     monkeypatch.setattr(store, "upsert", flaky_upsert)
-    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    jobs = SqliteJobQueue(tmp_path / "jobs.sqlite3")
     worker = _worker(fake_services, jobs, retry_initial_s=0.05, retry_max_s=0.08)
     job_id = jobs.add_upsert([Document(doc_id=f"d{i}", text=f"text {i}") for i in range(2)])
     pauses = []
@@ -191,7 +191,7 @@ def test_a_refusal_by_qdrant_is_not_retried_but_fails_the_document(
         raise StoreError("Qdrant call upsert failed: bad request")
 
     monkeypatch.setattr(fake_services.store, "upsert", refuse)
-    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    jobs = SqliteJobQueue(tmp_path / "jobs.sqlite3")
     job_id = jobs.add_upsert([Document(doc_id="d", text="text")])
     assert _worker(fake_services, jobs).run_once()
     job = jobs.get(job_id)
@@ -199,7 +199,7 @@ def test_a_refusal_by_qdrant_is_not_retried_but_fails_the_document(
 
 
 def test_one_bad_document_fails_alone_with_its_error(fake_services: Services, tmp_path: Path):
-    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    jobs = SqliteJobQueue(tmp_path / "jobs.sqlite3")
     services = replace(fake_services, embedder=PoisonedEmbedder())
     batch = [
         Document(doc_id="good1", text="fine words"),
@@ -220,19 +220,34 @@ def test_jobs_survive_a_restart_and_interrupted_ones_run_again(
     fake_services: Services, tmp_path: Path
 ):
     path = tmp_path / "jobs.sqlite3"
-    first = JobStore(path)
+    first = SqliteJobQueue(path)
     job_id = first.add_upsert([Document(doc_id="a", text="alpha beta")])
     claimed = first.claim()  # a worker takes it, then dies
     assert claimed is not None and claimed.id == job_id
     assert first.claim() is None
 
-    restarted = JobStore(path)  # a new process
+    restarted = SqliteJobQueue(path)  # a new process
     assert restarted.get(job_id).state == "running"  # type: ignore[union-attr]
     worker = _worker(fake_services, restarted, poll_s=0.01)
-    assert restarted.requeue_running() == 1
-    worker.run_once()
+    with restarted.as_worker(embedded_store=True) as requeued:
+        assert requeued == 1
+        worker.run_once()
     job = restarted.get(job_id)
     assert job is not None and job.state == "done" and job.counts["new"] == 1
+    assert job.attempts == 2
+
+
+def test_a_second_worker_on_a_sqlite_queue_is_refused_naming_the_shared_queue(tmp_path: Path):
+    """Two workers on one file would each requeue what the other runs."""
+    path = tmp_path / "jobs.sqlite3"
+    with (
+        SqliteJobQueue(path).as_worker(embedded_store=False),
+        pytest.raises(JobQueueError, match="RAGRANK_JOBS_URL"),
+        SqliteJobQueue(path).as_worker(embedded_store=False),
+    ):
+        pass
+    with SqliteJobQueue(path).as_worker(embedded_store=False) as requeued:  # free again
+        assert requeued == 0
 
 
 def test_watched_folders_are_synced_with_delete_missing(fake_services: Services, tmp_path: Path):
@@ -240,7 +255,7 @@ def test_watched_folders_are_synced_with_delete_missing(fake_services: Services,
     folder.mkdir()
     (folder / "a.md").write_text("# A\n\nalpha", encoding="utf-8")
     (folder / "b.html").write_text("<p>beta</p>", encoding="utf-8")
-    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    jobs = SqliteJobQueue(tmp_path / "jobs.sqlite3")
     worker = _worker(fake_services, jobs, watch=[folder], watch_interval_s=0)
     assert worker.run_once()
     assert set(fake_services.store.documents_from(str(folder.resolve()))) == {"a.md", "b.html"}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from indexing import JobStore
+from indexing.jobs.sqlite import SqliteJobQueue
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.settings import Settings
 from server import create_app
@@ -191,7 +191,7 @@ async def test_a_document_id_is_addressable_in_the_path_exactly_as_given(
     client: AsyncTestClient, tmp_path: Path
 ):
     """Ids may hold `/`, spaces and any script; a delete by path names the same id."""
-    jobs = JobStore(tmp_path / "jobs.sqlite3")
+    jobs = SqliteJobQueue(tmp_path / "jobs.sqlite3")
     for doc_id, path in [
         ("guide/intro.md", "guide/intro.md"),
         ("guide/intro.md", "guide%2Fintro.md"),
