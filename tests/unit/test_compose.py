@@ -125,6 +125,26 @@ def test_the_cluster_profile_bootstraps_three_nodes_and_balances_two_replicas():
     assert balancer["depends_on"][api_name]["condition"] == "service_healthy"
 
 
+def test_the_cluster_profile_runs_its_replicas_and_two_workers_on_one_postgres_queue():
+    services = profile_services("cluster")
+    (database,) = (s for s in services.values() if s.get("image", "").startswith("postgres:"))
+    assert "pg_isready" in database["healthcheck"]["test"]
+    assert any(mount.endswith(":/var/lib/postgresql/data") for mount in database["volumes"])
+    (name,) = (n for n, s in services.items() if s is database)
+    ragrank = _ragrank(services)
+    workers = [s for s in ragrank.values() if s["command"][0] == "worker"]
+    assert sum(s.get("deploy", {}).get("replicas", 1) for s in workers) >= 2
+    for service_name, service in ragrank.items():
+        url = service["environment"]["RAGRANK_JOBS_URL"]
+        assert url.startswith("postgresql://"), service_name
+        assert url.rsplit("@", 1)[-1].startswith(f"{name}:5432/"), service_name
+    api = next(s for s in ragrank.values() if s["command"][0] == "serve")
+    assert api["depends_on"][name]["condition"] == "service_healthy"
+    for profile in ("cpu", "gpu"):  # one machine: the SQLite queue on the shared volume
+        for service in _ragrank(profile_services(profile)).values():
+            assert "RAGRANK_JOBS_URL" not in service["environment"]
+
+
 def test_env_example_documents_every_variable_the_compose_file_reads():
     text = (REPO / "compose.yaml").read_text(encoding="utf-8")
     read = set(re.findall(r"\$\{(\w+)", text))
