@@ -11,7 +11,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model
 
 bench-store: setup ## the embedded store at 10k, 100k and 1M points: Qdrant Edge vs the local mode
 	$(BIN)/python -m eval.bench.store
+
+bench-queue: setup ## the job queue, SQLite vs PostgreSQL: jobs/s, claim, pick-up, recovery (BENCH_ARGS="--postgres-url URL")
+	$(BIN)/python -m eval.bench.queue $(BENCH_ARGS)
 
 bench-overload: setup ## overload: 4x the clients at capacity; only 200 and 429, bounded memory, recovery
 	$(BIN)/python -m eval.bench.overload $(BENCH_ARGS)

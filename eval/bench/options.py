@@ -109,6 +109,21 @@ class IndexBenchOptions:
     repeat: int = option(2, "runs of each variant, alternated; the best counts")
 
 
+@dataclass(frozen=True)
+class QueueBenchOptions:
+    """`python -m eval.bench.queue`: the job queue's throughput, claim latency and recovery."""
+
+    postgres_url: str | None = option(
+        None,
+        "a PostgreSQL URL whose user may create databases: the benchmark works in a database of "
+        "its own and drops it (default: RAGRANK_JOBS_URL)",
+    )
+    jobs: int = option(300, "jobs per throughput run, one short document each")
+    pickups: int = option(20, "jobs added one at a time to an idle worker, for the pick-up time")
+    lease: float = option(5.0, "the lease (s) in the recovery run")
+    out: Path | None = option(None, "write the figures as JSON here")
+
+
 #: The store benchmark's sizes, and the largest the local mode is run at by default: the local
 #: mode holds everything in Python objects and scans in numpy, and beyond this it takes many
 #: minutes per size, which is the point the table makes.
