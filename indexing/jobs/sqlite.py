@@ -5,9 +5,7 @@ systems, so the queue never leaves one machine (PostgreSQL's does)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -18,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from indexing.jobs import JOB_STATES, Job, JobKind, upsert_payload
 from ragrank.errors import JobQueueError
+from ragrank.locks import lock_file
 from ragrank.settings import env_name
 
 if TYPE_CHECKING:
@@ -145,20 +144,13 @@ class SqliteJobQueue:
         if self._worker_lock is not None:  # already this object's worker
             yield 0
             return
-        handle = self.path.with_name(self.path.name + ".worker").open("a+", encoding="utf-8")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
+        handle = lock_file(self.path.with_name(self.path.name + ".worker"))
+        if handle is None:
             raise JobQueueError(
                 f"Another worker runs the job queue {self.path}. A SQLite queue allows one "
                 f"worker: for several, put the queue on PostgreSQL ({env_name('jobs_url')}) "
                 f"and Qdrant on a server ({env_name('qdrant_url')})."
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
+            )
         self._worker_lock = handle
         try:
             yield self._requeue_running()

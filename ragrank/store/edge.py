@@ -10,7 +10,6 @@ Two properties of Edge's Python binding shape this class (both measured, see doc
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ import numpy as np
 import qdrant_edge as edge
 
 from ragrank.errors import CollectionMismatchError, StoreError, StoreUnreachableError
+from ragrank.locks import lock_file
 from ragrank.settings import Settings, env_name
 from ragrank.sparse import SPARSE_VECTOR, SparseVector
 from ragrank.store.base import (
@@ -399,20 +399,13 @@ def _build_in_child(path: Path) -> None:
 
 def _lock_folder(folder: Path) -> IO[str]:
     folder.mkdir(parents=True, exist_ok=True)
-    handle = (folder / "ragrank.lock").open("a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
+    handle = lock_file(folder / "ragrank.lock")
+    if handle is None:
         raise StoreError(
             f"Cannot open the embedded Qdrant folder {folder}: another process holds it. Only "
             f"one process may open it at a time: stop the other ragrank process, or run a "
             f"Qdrant server and set {env_name('qdrant_url')}."
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+        )
     return handle
 
 
