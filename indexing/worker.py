@@ -255,8 +255,11 @@ def worker_thread(
     )
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
-    # Joined here, not on the thread, so that a refused worker stops the server's start-up.
-    with jobs.as_worker(embedded_store=worker.embedded_store):
+    # The queue's worker lock is taken here, not on the thread, so that a refused worker stops
+    # the server's start-up.
+    with jobs.as_worker(embedded_store=worker.embedded_store) as requeued:
+        if requeued:
+            log.info("worker: %d interrupted job(s) queued again", requeued)
         thread.start()
         try:
             yield worker
