@@ -6,8 +6,16 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from litestar import Response, get
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from indexing import JOB_STATES
 from ragrank.errors import JobQueueUnavailableError
@@ -113,3 +121,9 @@ class MetricsController(PrometheusController):
     API's OpenAPI schema (which describes JSON)."""
 
     include_in_schema = False
+
+    @get(sync_to_thread=True)
+    def get(self) -> Response[bytes]:
+        """On a worker thread, not the event loop: the job-queue gauges read a shared queue's
+        database, which may be slow or, while it restarts, wait out a connection timeout."""
+        return Response(generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
