@@ -331,6 +331,9 @@ def test_an_upsert_then_a_delete_posted_to_two_api_processes_ends_deleted(
         # Each process answers for the other's job: one queue.
         upserted = _wait_done(b, upsert.json()["job_id"])
         deleted = _wait_done(a, delete.json()["job_id"])
+        # Both processes' gauges count the shared queue's jobs, not their own.
+        for client in (a, b):
+            assert 'ragrank_jobs{state="done"} 2.0' in client.get("/metrics").text
     assert upserted["state"] == "done" and upserted["counts"]["new"] == 301
     assert deleted["state"] == "done" and deleted["counts"] == {"deleted": 1}
     assert deleted["updated_at"] >= upserted["updated_at"]
