@@ -47,6 +47,12 @@ class Job:
         ]
 
 
+def ended_state(counts: Mapping[str, int], errors: Sequence[Mapping[str, str]]) -> JobState:
+    """`done`, or `failed` when nothing of the job succeeded."""
+    failed = bool(errors) and not any(v for k, v in counts.items() if k != "failed")
+    return "failed" if failed else "done"
+
+
 def upsert_payload(documents: Sequence[Document]) -> dict[str, Any]:
     return {
         "documents": [

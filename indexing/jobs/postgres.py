@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from indexing.jobs import Job, JobKind, upsert_payload
+from indexing.jobs import JOB_STATES, Job, JobKind, ended_state, upsert_payload
 from ragrank.errors import JobQueueError, JobQueueUnavailableError
 from ragrank.settings import env_name
 
@@ -160,8 +160,6 @@ class PostgresJobQueue:
         return map(_job, rows)
 
     def states(self) -> dict[str, int]:
-        from indexing.jobs import JOB_STATES
-
         with self._db() as db:
             rows = db.execute("SELECT state, count(*) FROM ragrank_jobs GROUP BY state").fetchall()
         found = {row["state"]: row["count"] for row in rows}
@@ -190,14 +188,13 @@ class PostgresJobQueue:
     def finish(
         self, job_id: str, counts: Mapping[str, int], errors: Sequence[Mapping[str, str]]
     ) -> bool:
-        failed = bool(errors) and not any(v for k, v in counts.items() if k != "failed")
         with self._db() as db:
             finished = db.execute(
                 "UPDATE ragrank_jobs SET state = %s, counts = %s, errors = %s, worker = NULL, "
                 "lease_until = NULL, updated = now() "
                 "WHERE id = %s AND worker = %s AND state = 'running'",
                 (
-                    "failed" if failed else "done",
+                    ended_state(counts, errors),
                     json.dumps(dict(counts)),
                     json.dumps(list(errors)),
                     job_id,

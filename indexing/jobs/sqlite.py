@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any
 
-from indexing.jobs import JOB_STATES, Job, JobKind, upsert_payload
+from indexing.jobs import JOB_STATES, Job, JobKind, ended_state, upsert_payload
 from ragrank.errors import JobQueueError
 from ragrank.locks import lock_file
 from ragrank.settings import env_name
@@ -100,12 +100,11 @@ class SqliteJobQueue:
         self, job_id: str, counts: Mapping[str, int], errors: Sequence[Mapping[str, str]]
     ) -> bool:
         """Done, or failed when nothing of it succeeded."""
-        failed = bool(errors) and not any(v for k, v in counts.items() if k != "failed")
         with self._connect() as db:
             db.execute(
                 "UPDATE jobs SET state = ?, counts = ?, errors = ?, updated = ? WHERE id = ?",
                 (
-                    "failed" if failed else "done",
+                    ended_state(counts, errors),
                     json.dumps(dict(counts)),
                     json.dumps(list(errors)),
                     time.time(),
