@@ -80,9 +80,7 @@ class Worker:
         """Work until `stop` is set. While the queue cannot be reached the worker waits,
         doubling the pause up to the cap, and carries on where it was once it can."""
         self._stop = stop
-        with self.jobs.as_worker(embedded_store=self.embedded_store) as requeued:
-            if requeued:
-                log.info("worker: %d interrupted job(s) queued again", requeued)
+        with self.jobs.as_worker(embedded_store=self.embedded_store):
             while not stop.is_set():
                 try:
                     worked = self.run_once()
@@ -257,9 +255,7 @@ def worker_thread(
     thread = threading.Thread(target=worker.run, args=(stop,), name="ragrank-worker")
     # The queue's worker lock is taken here, not on the thread, so that a refused worker stops
     # the server's start-up.
-    with jobs.as_worker(embedded_store=worker.embedded_store) as requeued:
-        if requeued:
-            log.info("worker: %d interrupted job(s) queued again", requeued)
+    with jobs.as_worker(embedded_store=worker.embedded_store):
         thread.start()
         try:
             yield worker

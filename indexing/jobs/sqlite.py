@@ -6,6 +6,7 @@ systems, so the queue never leaves one machine (PostgreSQL's does)."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ragrank.documents import Document
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -168,13 +171,16 @@ class SqliteJobQueue:
         """Nothing stays open between calls."""
 
     def _requeue_running(self) -> int:
-        """Put back jobs a dead worker left running (each job is an idempotent sync)."""
+        """Put back jobs a dead worker left running (each job is an idempotent sync). Logged
+        here, whichever door started the worker."""
         with self._connect() as db:
-            cursor = db.execute(
+            requeued = db.execute(
                 "UPDATE jobs SET state = 'queued', updated = ? WHERE state = 'running'",
                 (time.time(),),
-            )
-            return cursor.rowcount
+            ).rowcount
+        if requeued:
+            log.info("worker: %d interrupted job(s) queued again", requeued)
+        return requeued
 
     def _add(self, kind: JobKind, payload: Mapping[str, Any]) -> str:
         job_id = uuid.uuid4().hex
