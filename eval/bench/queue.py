@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -108,25 +109,17 @@ def bench_database(admin: str) -> Iterator[str]:
             db.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@dataclass
 class Run:
     """One engine's runs, each on an empty queue and a fresh store."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        embedder: Embedder,
-        folder: Path,
-        make: Callable[[], JobQueue],
-        url: str,
-    ) -> None:
-        self.settings, self.embedder, self.folder, self.make, self.url = (
-            settings,
-            embedder,
-            folder,
-            make,
-            url,
-        )
-        self.runs = 0
+    settings: Settings
+    embedder: Embedder
+    folder: Path
+    make: Callable[[], JobQueue]
+    #: The benchmark's database, for a PostgreSQL engine; empty for SQLite.
+    url: str
+    runs: int = 0
 
     def throughput(self, jobs: int, workers: int) -> float:
         with self._fresh() as (queue, store):
