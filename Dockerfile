@@ -1,7 +1,7 @@
 # ragrank's image: `ragrank serve` by default, `ragrank worker` for the indexer.
 #   docker build -t ragrank:cpu .                            CPU torch (small)
-#   docker build -t ragrank:cuda --build-arg VARIANT=cuda .  CUDA torch (GPU; needs the NVIDIA
-#                                                            container toolkit on the host)
+#   docker build -t ragrank:cuda --build-arg VARIANT=cuda .  CUDA torch and faiss-gpu (GPU; needs
+#                                                            the NVIDIA container toolkit on the host)
 # Two stages: `build` installs torch and ragrank into a virtualenv; `runtime` copies only that
 # virtualenv onto a clean Python image and runs as an unprivileged user.
 ARG PYTHON_VERSION=3.11
@@ -33,7 +33,13 @@ COPY server server
 COPY indexing indexing
 COPY eval eval
 COPY cli cli
-RUN pip install -c constraints.txt .
+# The CUDA image also carries `ragrank eval` with faiss's GPU build (the `gpu` extra); the CPU
+# image is the server and the worker alone.
+RUN case "${VARIANT}" in \
+      cpu) target="." ;; \
+      cuda) target=".[gpu]" ;; \
+    esac \
+    && pip install -c constraints.txt "${target}"
 
 FROM python:${PYTHON_VERSION}-slim AS runtime
 ARG VARIANT=cpu

@@ -10,20 +10,27 @@ TORCH_VERSION ?= 2.13.0
 # Where a CPU-only machine gets torch when no local wheel is found (avoids GBs of CUDA packages).
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
+# Where nvidia-smi lists a GPU, setup installs the CUDA builds of torch and faiss. The eval's
+# faiss is one of the `eval` (CPU) and `gpu` extras, never both: the two builds install the same
+# `faiss` module (tests/integration/test_requirements.py checks the pick).
+NVIDIA_SMI ?= nvidia-smi
+GPU = $(shell $(NVIDIA_SMI) -L >/dev/null 2>&1 && echo yes)
+EXTRAS = dev,$(if $(GPU),gpu,eval),finetune
+
 .DEFAULT_GOAL := help
-.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu gpu-check bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-setup: $(VENV)/.installed ## create .venv with torch (CPU build unless a GPU is present) and ragrank
+setup: $(VENV)/.installed ## create .venv with torch and faiss (CPU builds unless a GPU is present) and ragrank
 
-# $(call install-torch,BIN): the CUDA build where nvidia-smi finds a GPU, else the CPU build
+# $(call install-torch,BIN): the CUDA build where nvidia-smi lists a GPU, else the CPU build
 # (a local CPU wheel when there is one, else PyTorch's CPU index).
 define install-torch
 	@if $(1)/python -c "import torch" 2>/dev/null; then \
 	  echo "torch: already installed"; \
-	elif command -v nvidia-smi >/dev/null 2>&1; then \
+	elif [ -n "$(GPU)" ]; then \
 	  echo "torch: GPU found, installing the CUDA build"; \
 	  $(1)/pip install -c constraints.txt "torch==$(TORCH_VERSION)"; \
 	elif $(1)/pip install --no-index --no-deps "torch==$(TORCH_VERSION)" 2>/dev/null; then \
@@ -38,11 +45,11 @@ endef
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(call install-torch,$(BIN))
-	$(BIN)/pip install -c constraints.txt -e '.[dev,eval,finetune]'
+	$(BIN)/pip install -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
 lock: setup ## recompile constraints.txt and constraints-clients.txt, the pinned versions, with uv
-	$(BIN)/uv pip compile pyproject.toml --extra dev --extra eval --extra finetune \
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra eval --extra gpu --extra finetune \
 	  --no-header --python-version 3.11 --python-platform x86_64-manylinux_2_28 -o constraints.txt
 	printf 'torch==$(TORCH_VERSION)\n' > $(VENV)/torch-pin.txt
 	$(BIN)/uv pip compile pyproject.toml --extra clients --override $(VENV)/torch-pin.txt \
@@ -66,6 +73,9 @@ bench-host: setup ## host path: /v1/rerank with a zero-layer model vs the tokeni
 
 bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model, % of bf16 peak
 	$(BIN)/python -m eval.bench.gpu $(BENCH_ARGS)
+
+gpu-check: setup ## everything a GPU must show, one run (< 8 min): gpu tests, bench-gpu, load, exact search (GPU_CHECK_ARGS="--tiny" on a CPU)
+	$(BIN)/python -m eval.bench.gpu_check $(GPU_CHECK_ARGS)
 
 bench-store: setup ## the embedded store at 10k, 100k and 1M points: Qdrant Edge vs the local mode
 	$(BIN)/python -m eval.bench.store

@@ -271,7 +271,8 @@ def _eval(args: argparse.Namespace) -> int:
         from eval.command import default_output, run_eval
     except ModuleNotFoundError as exc:
         raise RagrankError(
-            f"ragrank eval needs the package {exc.name!r}: pip install 'ragrank[eval]'"
+            f"ragrank eval needs the package {exc.name!r}: pip install 'ragrank[eval]' "
+            "('ragrank[gpu]' instead on a CUDA machine)"
         ) from exc
     from eval.options import EvalOptions, EvalTarget
     from ragrank.device import batch_limits, resolve_placement

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eval.embedding_cache import model_fingerprint
+from eval.exact import faiss_build
 from eval.report import build_report, print_table, write_report
 from eval.suite import StoreFactory, evaluate_datasets
 from eval.systems import TOP_K, plan
@@ -52,6 +53,7 @@ def run_eval(
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
     merge = beir_folders(merge)
+    faiss_build()  # two faiss builds installed are refused before any model loads
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     reranks = any(system.needs_reranker for system in plan(options.systems))
     scorer = CrossEncoderScorer.from_settings(settings) if reranks else None

@@ -3,20 +3,71 @@ the GPU when faiss was built with GPU support and CUDA is present."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
+
+from ragrank.errors import RagrankError
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from ragrank.protocols import Vectors
 
+#: The distributions that install the `faiss` module: the `eval` extra's CPU build, the `gpu`
+#: extra's CUDA build (which runs the CPU indexes too), and the community CUDA 12 wheel.
+FAISS_DISTRIBUTIONS = ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu12")
+
+
+class FaissConflictError(RagrankError):
+    """More than one faiss build is installed: they overwrite each other's `faiss` module."""
+
+
+@dataclass(frozen=True)
+class FaissBuild:
+    """Which faiss this environment runs, and where its exact search goes."""
+
+    distribution: str
+    version: str
+    gpus: int
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.gpus > 0
+
+    def describe(self) -> str:
+        """One line for reports: `faiss-gpu 1.15.1 on the GPU (1 visible)`."""
+        where = f"on the GPU ({self.gpus} visible)" if self.on_gpu else "on the CPU"
+        return f"{self.distribution} {self.version} {where}"
+
+
+def faiss_build() -> FaissBuild:
+    """The installed faiss build. Two builds in one environment are refused: both write the
+    same `faiss` package, so which one imports depends on the order they were installed in."""
+    installed = {}
+    for name in FAISS_DISTRIBUTIONS:
+        try:
+            installed[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    if len(installed) > 1:
+        names = " and ".join(installed)
+        raise FaissConflictError(
+            f"{names} are both installed and share the faiss module: keep one "
+            "(pip uninstall them all, then install 'ragrank[eval]' on a CPU machine or "
+            "'ragrank[gpu]' on a CUDA one)"
+        )
+    distribution, version = next(iter(installed.items()), ("faiss", faiss.__version__))
+    gpus = faiss.get_num_gpus() if hasattr(faiss, "StandardGpuResources") else 0
+    return FaissBuild(distribution, version, gpus)
+
 
 def faiss_gpu_available() -> bool:
     """True when this faiss build has GPU support and sees at least one GPU."""
-    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    return faiss_build().on_gpu
 
 
 class ExactIndex:

@@ -14,6 +14,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from eval.exact import FAISS_DISTRIBUTIONS, faiss_build
 from eval.metrics import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
@@ -37,9 +38,7 @@ LIBRARIES = (
     "torch",
     "transformers",
     "sentence-transformers",
-    "faiss-cpu",
-    "faiss-gpu",
-    "faiss-gpu-cu12",
+    *FAISS_DISTRIBUTIONS,
     "ranx",
     "qdrant-client",
     "numpy",
@@ -88,6 +87,8 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        # Which faiss build the exact search ran on, and where: CPU or GPU.
+        "exact_search": faiss_build().describe(),
         "libraries": versions,
     }
 
@@ -194,6 +195,7 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
         ]
         table.add_row(*row, style="bold")
     console.print(table)
+    console.print(f"exact search: {_exact_search(report)}")
     _print_against_cosine(report, console)
     _print_notes(report, console)
 
@@ -251,6 +253,11 @@ def _print_notes(report: Mapping[str, Any], console: Console) -> None:
             )
 
 
+def _exact_search(report: Mapping[str, Any]) -> str:
+    """The faiss build and device of the exact search (older reports do not say)."""
+    return str(report.get("environment", {}).get("exact_search", "faiss (build not recorded)"))
+
+
 def format_p(p: float) -> str:
     """A p-value to four places; a randomisation test cannot resolve below 1/permutations."""
     return f"{p:.4f}" if p >= 1e-4 else "< 0.0001"
@@ -291,7 +298,7 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
         "# ragrank eval",
         "",
         f"{report['created']} · embedder `{config['embed_model']}` · {reranker} · split "
-        f"`{config['split']}`",
+        f"`{config['split']}` · exact search {_exact_search(report)}",
         "",
         f"## {HEADLINE.upper()}",
         "",

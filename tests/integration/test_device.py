@@ -29,3 +29,20 @@ def test_on_cuda_models_run_in_half_precision_and_scores_come_back_float32(
     np.testing.assert_allclose(logits, on_cpu.score("query", passages), atol=2e-2)
     vectors = SentenceTransformerEmbedder.from_settings(settings).embed_passages(passages)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_on_a_cuda_machine_the_exact_search_is_faiss_gpu_and_agrees_with_its_cpu_index():
+    """`make setup` installs faiss-gpu where it finds a GPU; its GPU index returns the CPU
+    index's top 100."""
+    from eval.exact import ExactIndex, faiss_build
+
+    build = faiss_build()
+    assert (build.distribution, build.on_gpu) == ("faiss-gpu", True), build.describe()
+    rng = np.random.default_rng(0)
+    passages = rng.standard_normal((5000, 384)).astype(np.float32)
+    passages /= np.linalg.norm(passages, axis=1, keepdims=True)
+    queries = passages[rng.choice(5000, 50, replace=False)] + 0.1 * rng.standard_normal((50, 384))
+    _, on_gpu = ExactIndex(passages, gpu=True).search(queries, 100)
+    _, on_cpu = ExactIndex(passages, gpu=False).search(queries, 100)
+    assert all(set(a) == set(b) for a, b in zip(on_gpu, on_cpu, strict=True))
