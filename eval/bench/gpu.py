@@ -10,7 +10,8 @@ configs and the real XLM-R tokenizer from `../shared/models`), then reports in o
 * `/v1/rerank` on a real `ragrank serve` at 16 and 64 clients x 32 abstracts, against the model
   alone at the same lengths;
 * embedder passages/s (SciFact abstracts), packed vs padded;
-* how often the packed bf16 top-10 of a query equals the fp32 padded top-10.
+* how often the packed bf16 top-10 of a query equals the fp32 padded top-10, on a reranker of
+  the same shape whose logits are spread wide enough for rank agreement to mean something.
 
 Random weights: the figures are speed and numerics only, never relevance. `--tiny` swaps in
 two-layer models of the same families so the whole run can be checked on a CPU.
@@ -24,6 +25,7 @@ import os
 import random
 import tempfile
 import time
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,21 +66,48 @@ SCIFACT = SHARED / "data" / "scifact"
 TOKEN_BUDGETS = (16_384, 32_768, 65_536)
 
 
-def build_models(out: Path, *, tiny: bool) -> tuple[Path, Path]:
-    """Random models of the two production shapes (or two-layer ones with `tiny`)."""
+#: The spread reranker's weight scale: at the default 0.02 a random cross-encoder's logits for
+#: one query's candidates differ by less than bf16 rounds (spread 0.2x the bf16 error on a
+#: two-layer model), so rank agreement would measure noise; at 0.3 they spread about 20x wider.
+SPREAD_INIT = 0.3
+
+
+@dataclass(frozen=True)
+class BenchModels:
+    """The random models one run uses, each a folder."""
+
+    reranker: Path
+    embedder: Path
+    #: The reranker's shape with widely spread logits, for the bf16 top-10 agreement.
+    spread: Path
+
+    @classmethod
+    def at(cls, folder: Path) -> BenchModels:
+        return cls(folder / "reranker", folder / "embedder", folder / "reranker-spread")
+
+
+def build_models(out: Path, *, tiny: bool) -> BenchModels:
+    """Random models of the two production shapes (or two-layer ones with `tiny`), and the
+    reranker's shape again with spread logits."""
     from transformers import AutoConfig
 
-    from eval.random_models import load_tokenizer, save_random_model
+    from eval.random_models import ModelKind, load_tokenizer, save_random_model
 
-    folders = []
-    for kind, config_dir in (("reranker", RERANKER_CONFIG), ("embedder", EMBEDDER_CONFIG)):
+    models = BenchModels.at(out)
+    plan: tuple[tuple[ModelKind, Path, Path, dict[str, float]], ...] = (
+        ("reranker", RERANKER_CONFIG, models.reranker, {}),
+        ("embedder", EMBEDDER_CONFIG, models.embedder, {}),
+        ("reranker", RERANKER_CONFIG, models.spread, {"initializer_range": SPREAD_INIT}),
+    )
+    for kind, config_dir, folder, extra in plan:
         config = AutoConfig.from_pretrained(str(config_dir))
+        config.update(extra)
         if tiny:
             config.update({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128})
             config.num_attention_heads = 4
         tokenizer = load_tokenizer(TOKENIZER, out / f"{kind}-tok", 512)
-        folders.append(save_random_model(kind, config, tokenizer, out / kind))  # type: ignore[arg-type]
-    return folders[0], folders[1]
+        save_random_model(kind, config, tokenizer, folder)
+    return models
 
 
 def matmul_peak(device: str, dtype: torch.dtype, size: int, trials: int = 5) -> float:
@@ -166,7 +195,7 @@ def scifact_requests(data: Path, queries: int, documents: int) -> list[tuple[str
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_options(GpuOptions, argv, prog="python -m eval.bench.gpu", description=__doc__)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    placement = resolve_placement(args.device)
+    placement = resolve_placement(args.device, args.dtype)
     device = placement.device
     data = args.data or (SCIFACT if SCIFACT.exists() else SAMPLE_DATASET)
     out = args.out or Path("eval-results") / time.strftime("bench-gpu-%Y%m%d-%H%M%S.json")
@@ -175,21 +204,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["gpu"] = torch.cuda.get_device_name()
     with tempfile.TemporaryDirectory(prefix="ragrank-bench-gpu-") as scratch:
         started = time.perf_counter()
-        reranker_dir, embedder_dir = build_models(Path(scratch), tiny=args.tiny)
-        console.print(f"models built in {time.perf_counter() - started:.0f} s")
+        models = BenchModels.at(args.models) if args.models else None
+        if models is None or not all(p.is_dir() for p in astuple(models)):
+            models = build_models(args.models or Path(scratch), tiny=args.tiny)
+            console.print(f"models built in {time.perf_counter() - started:.0f} s")
         size = 8192 if device.startswith("cuda") else 1024
         peak = matmul_peak(device, placement.dtype, size)
         # Three significant figures: a tiny matrix on a busy CPU measures well under 0.1.
         report["matmul_peak_tflops"] = float(f"{peak:.3g}")
         console.print(f"measured {placement.dtype} matmul peak: {peak:.1f} TFLOP/s")
         report["reranker"] = _reranker(
-            reranker_dir, placement=placement, data=data, args=args, peak=peak, report=report
+            models.reranker, placement=placement, data=data, args=args, peak=peak, report=report
         )
         report["server"] = _server(
-            reranker_dir, embedder=embedder_dir, device=device, data=data, args=args, report=report
+            models.reranker,
+            embedder=models.embedder,
+            device=device,
+            data=data,
+            args=args,
+            report=report,
         )
-        report["embedder"] = _embedder(embedder_dir, placement, data, args)
-        report["agreement_top10"] = _agreement(reranker_dir, placement, data, args.queries)
+        report["embedder"] = _embedder(models.embedder, placement, data, args)
+        report["agreement"] = {
+            "spread": _agreement(models.spread, placement, data, args.queries),
+            "default_init": _agreement(models.reranker, placement, data, args.queries),
+        }
     _print(report)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -316,14 +355,16 @@ def _embedder(folder: Path, placement: Placement, data: Path, args: GpuOptions) 
     }
 
 
-def _agreement(folder: Path, placement: Placement, data: Path, queries: int) -> float:
+def _agreement(folder: Path, placement: Placement, data: Path, queries: int) -> dict[str, float]:
     """Mean share of each query's top-10 that the fast path (packed, the placement's dtype)
-    shares with the fp32 padded forward."""
+    shares with the fp32 padded forward, on the spread reranker; with the logits' spread (their
+    standard deviation within a query) and the fast path's RMS error, whose ratio says whether
+    the agreement measures anything."""
     fast = CrossEncoderScorer(str(folder), placement=placement, packed="on")
     exact = CrossEncoderScorer(
         str(folder), placement=Placement(placement.device, torch.float32), packed="off"
     )
-    shares = []
+    shares, spreads, errors = [], [], []
     for query, docs in scifact_requests(data, queries, 100):
         plan = fast.plan_windows(query, docs)
         fast_logits = np.concatenate(
@@ -335,7 +376,15 @@ def _agreement(folder: Path, placement: Placement, data: Path, queries: int) -> 
         top_fast = set(np.argsort(-fast_logits, kind="stable")[:10].tolist())
         top_exact = set(np.argsort(-exact_logits, kind="stable")[:10].tolist())
         shares.append(len(top_fast & top_exact) / 10)
-    return round(float(np.mean(shares)), 4)
+        spreads.append(float(np.std(exact_logits)))
+        errors.append(float(np.sqrt(np.mean((fast_logits - exact_logits) ** 2))))
+    spread, error = float(np.mean(spreads)), float(np.mean(errors))
+    return {
+        "top10": round(float(np.mean(shares)), 4),
+        "logit_spread": round(spread, 6),
+        "rms_error": round(error, 6),
+        "spread_over_error": round(spread / error, 1) if error > 0 else float("inf"),
+    }
 
 
 def _chunks(items: Sequence[ModelInput], size: int) -> list[list[ModelInput]]:
@@ -366,7 +415,12 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['over_model_only']:.2f} x model only"
         )
     console.print(f"embedder passages/s: {report['embedder']}")
-    console.print(f"top-10 agreement with fp32 padded: {report['agreement_top10']}")
+    for model, agreement in report["agreement"].items():
+        console.print(
+            f"top-10 agreement with fp32 padded, {model} reranker: {agreement['top10']} (logit "
+            f"spread {agreement['logit_spread']:.3g}, {agreement['spread_over_error']} x the "
+            "fast path's RMS error)"
+        )
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ class GpuOptions:
     """`make bench-gpu`: packed against padded, budgets, kernels, server against model."""
 
     device: str = option("auto", "auto, cuda or cpu")
+    dtype: str = option("auto", "auto (bf16 on a GPU that has it, fp16 on others, fp32 on a CPU)")
     tiny: bool = option(False, "two-layer models: a CPU check")
     queries: int = option(30, "SciFact queries")
     pairs: int = option(2048, "pairs per fixed length")
@@ -97,6 +98,38 @@ class GpuOptions:
         None, "BEIR folder (default: SciFact beside the repository if present)"
     )
     out: Path | None = option(None, "JSON report (default: eval-results/bench-gpu-<time>.json)")
+    models: Path | None = option(
+        None,
+        "a folder with the reranker/ and embedder/ an earlier run built (default: build them in "
+        "a temporary folder)",
+    )
+
+
+@dataclass(frozen=True)
+class ExactBenchOptions:
+    """`python -m eval.bench.exact`: faiss's GPU index against its CPU index, top 100."""
+
+    embed_model: str = option(help="the embedder whose vectors are searched (folder or hub id)")
+    data: Path = option(DEFAULT_DATA, "BEIR folder: its corpus is indexed, its queries search it")
+    device: str = option("auto", "where the embedder runs: auto, cuda or cpu")
+    top: int = option(100, "results compared per query")
+    tolerance: float = option(
+        1e-5, "a result one side lacks still agrees if its score is this close to the k-th score"
+    )
+    out: Path | None = option(None, "JSON report (default: eval-results/bench-exact-<time>.json)")
+
+
+@dataclass(frozen=True)
+class GpuCheckOptions:
+    """`make gpu-check`: every figure a GPU run must show, in one run, one JSON, one table."""
+
+    tiny: bool = option(False, "CPU-sized: tiny models, the bundled sample, few requests")
+    device: str = option("auto", "auto, cuda or cpu")
+    budget_s: float = option(480.0, "the whole run's time; a step left without time is skipped")
+    data: Path | None = option(
+        None, "BEIR folder (default: SciFact beside the repository if present, else the sample)"
+    )
+    out: Path | None = option(None, "output folder (default: eval-results/gpu-check-<time>/)")
 
 
 @dataclass(frozen=True)

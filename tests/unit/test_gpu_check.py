@@ -1,0 +1,68 @@
+"""`make gpu-check`'s table: on a GPU each figure is judged against its target, and a figure
+below its target reads "missed"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eval.bench.gpu_check import Step, checks, markdown
+
+
+def bench_result(pairs_per_s: float, over_model: float, agreement: float) -> dict:
+    entry = {
+        "packed": {"pairs_per_s": pairs_per_s, "peak_share": 0.5},
+        "padded": {"pairs_per_s": pairs_per_s / 2, "peak_share": 0.25},
+        "packed_over_padded": 2.0,
+    }
+    return {
+        "dtype": "torch.bfloat16",
+        "matmul_peak_tflops": 700.0,
+        "reranker": {
+            **dict.fromkeys(("128", "256", "512", "scifact"), entry),
+            "scifact_packed_by_budget": {"32768": pairs_per_s},
+            "scifact_packed_by_kernel": {"sdpa": pairs_per_s, "flash": "unavailable: ImportError"},
+        },
+        "server": {
+            "16": {"pairs_per_s": 1.0, "p50_ms": 1, "p99_ms": 2, "over_model_only": 0.5},
+            "64": {"pairs_per_s": 1.0, "p50_ms": 1, "p99_ms": 2, "over_model_only": over_model},
+        },
+        "embedder": {"packed": 10.0, "padded": 5.0},
+        "agreement": {
+            "spread": {"top10": agreement, "logit_spread": 1.0, "spread_over_error": 50.0},
+            "default_init": {"top10": 0.4, "logit_spread": 1e-4, "spread_over_error": 0.2},
+        },
+    }
+
+
+def verdicts(result: dict, *, targets: bool = True) -> dict[str, str]:
+    step = Step("bench-gpu", [], 1, Path("bench-gpu.json"), status="ok", result=result)
+    return {row["check"]: row["verdict"] for row in checks([step], targets=targets)}
+
+
+def test_figures_at_their_targets_are_met_and_below_them_missed():
+    met = verdicts(bench_result(2400, 0.95, 1.0))
+    missed = verdicts(bench_result(1500, 0.5, 0.9))
+    judged = {
+        "reranker alone, SciFact lengths, packed",
+        "/v1/rerank, 64 clients x 32 abstracts",
+        "top-10 agreement, torch.bfloat16 packed against fp32 padded",
+    }
+    assert {met[name] for name in judged} == {"met"}
+    assert {missed[name] for name in judged} == {"missed"}
+    # A figure with no target is reported, not judged.
+    assert met["/v1/rerank, 16 clients x 32 abstracts"] == ""
+
+
+def test_a_cpu_run_judges_nothing_and_a_step_that_failed_shows_in_the_table():
+    assert set(verdicts(bench_result(1500, 0.5, 0.9), targets=False).values()) == {""}
+    report = {
+        "tiny": False,
+        "device": "cuda",
+        "dtype": "torch.bfloat16",
+        "created": "now",
+        "models_built_s": 1.0,
+        "seconds": 2.0,
+        "checks": [],
+        "steps": {"tests": {"status": "timed out after 150 s", "seconds": 150.0}},
+    }
+    assert "| tests | timed out after 150 s | 150.0 |" in markdown(report)
