@@ -1,7 +1,8 @@
 """`make bench-gpu`: the scoring pipeline on one GPU, with random models of the production shapes.
 
 Builds random-weight models shaped like bge-reranker-v2-m3 and multilingual-e5-base (real
-configs and the real XLM-R tokenizer from `../shared/models`), then reports in one run:
+configs and the real XLM-R tokenizer from `../shared/models`, or RAGRANK_SHARED_DIR's `models`),
+then reports in one run:
 
 * the GPU's measured bf16 matmul peak (TFLOP/s);
 * reranker pairs/s, model only, at 128, 256 and 512 tokens and at SciFact lengths (each query
@@ -42,7 +43,7 @@ from eval.bench.harness import (
     ragrank_command,
     server_process,
 )
-from eval.bench.options import GpuOptions
+from eval.bench.options import DEFAULT_DATA, SHARED_DIR, XLMR_TOKENIZER, GpuOptions
 from eval.runs import token_batches
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
@@ -58,11 +59,9 @@ if TYPE_CHECKING:
 
 console = Console()
 
-SHARED = Path("../shared")
-RERANKER_CONFIG = SHARED / "models" / "bge-reranker-v2-m3"
-EMBEDDER_CONFIG = SHARED / "models" / "multilingual-e5-base"
-TOKENIZER = SHARED / "models" / "xlm-roberta-tokenizer" / "tokenizer.json.gz"
-SCIFACT = SHARED / "data" / "scifact"
+RERANKER_CONFIG = SHARED_DIR / "models" / "bge-reranker-v2-m3"
+EMBEDDER_CONFIG = SHARED_DIR / "models" / "multilingual-e5-base"
+TOKENIZER = XLMR_TOKENIZER
 TOKEN_BUDGETS = (16_384, 32_768, 65_536)
 
 
@@ -197,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     placement = resolve_placement(args.device, args.dtype)
     device = placement.device
-    data = args.data or (SCIFACT if SCIFACT.exists() else SAMPLE_DATASET)
+    data = args.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
     out = args.out or Path("eval-results") / time.strftime("bench-gpu-%Y%m%d-%H%M%S.json")
     report: dict[str, Any] = {"device": device, "dtype": str(placement.dtype), "data": str(data)}
     if device.startswith("cuda"):

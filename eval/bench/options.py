@@ -3,6 +3,7 @@ on purpose, so that `ragrank --help` loads no model code."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,9 +11,12 @@ from ragrank import SAMPLE_DATASET
 from ragrank.options import option
 
 RUNS = ("ceiling", "ragrank", "ragrank-int8", "arrival", "request", "infinity")
-#: BEIR SciFact beside the repository, where the benchmarks find it when it is there.
-DEFAULT_DATA = Path("../shared/data/scifact")
-XLMR_TOKENIZER = Path("../shared/models/xlm-roberta-tokenizer/tokenizer.json.gz")
+#: The shared model configs, tokenizers and evaluation data: beside the repository, or where
+#: RAGRANK_SHARED_DIR says (on a machine they were copied to), as for the tests.
+SHARED_DIR = Path(os.environ.get("RAGRANK_SHARED_DIR", "../shared"))
+#: BEIR SciFact there, where the benchmarks find it when it is present.
+DEFAULT_DATA = SHARED_DIR / "data" / "scifact"
+XLMR_TOKENIZER = SHARED_DIR / "models" / "xlm-roberta-tokenizer" / "tokenizer.json.gz"
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,7 @@ class StoreBenchOptions:
 class LanguageBenchOptions:
     """`python -m eval.bench.language`: how well and how fast texts' languages are identified."""
 
-    xquad: Path = option(Path("../shared/data/xquad-r"), "XQuAD-R, one folder per language")
-    scifact: Path = option(Path("../shared/data/scifact"), "SciFact (English)")
+    xquad: Path = option(SHARED_DIR / "data" / "xquad-r", "XQuAD-R, one folder per language")
+    scifact: Path = option(DEFAULT_DATA, "SciFact (English)")
     limit: int = option(2000, "texts per set at most")
     out: Path | None = option(None, "write the figures as JSON here")
