@@ -13,6 +13,8 @@ import numpy as np
 from ragrank.errors import RagrankError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from numpy.typing import NDArray
 
     from ragrank.protocols import Vectors
@@ -44,15 +46,21 @@ class FaissBuild:
         return f"{self.distribution} {self.version} {where}"
 
 
+def installed_versions(names: Iterable[str]) -> dict[str, str]:
+    """The version of each of `names` that is installed, by name; the others are left out."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
 def faiss_build() -> FaissBuild:
     """The installed faiss build. Two builds in one environment are refused: both write the
     same `faiss` package, so which one imports depends on the order they were installed in."""
-    installed = {}
-    for name in FAISS_DISTRIBUTIONS:
-        try:
-            installed[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
+    installed = installed_versions(FAISS_DISTRIBUTIONS)
     if len(installed) > 1:
         names = " and ".join(installed)
         raise FaissConflictError(

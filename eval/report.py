@@ -7,14 +7,13 @@ import json
 import platform
 import sys
 from datetime import UTC, datetime
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from eval.exact import FAISS_DISTRIBUTIONS, faiss_build
+from eval.exact import FAISS_DISTRIBUTIONS, faiss_build, installed_versions
 from eval.metrics import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
@@ -76,12 +75,6 @@ def build_report(
 def environment() -> dict[str, Any]:
     import torch
 
-    versions = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -89,7 +82,7 @@ def environment() -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         # Which faiss build the exact search ran on, and where: CPU or GPU.
         "exact_search": faiss_build().describe(),
-        "libraries": versions,
+        "libraries": installed_versions(LIBRARIES),
     }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from eval.exact import FAISS_DISTRIBUTIONS, FaissConflictError, faiss_build
+from eval.exact import FAISS_DISTRIBUTIONS, FaissConflictError, faiss_build, installed_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -91,13 +91,7 @@ def test_the_pins_bring_faiss_only_through_ragrank_s_own_extras():
 
 
 def test_this_environment_has_one_faiss_build():
-    installed = []
-    for name in FAISS_DISTRIBUTIONS:
-        try:
-            metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-        installed.append(name)
+    installed = list(installed_versions(FAISS_DISTRIBUTIONS))
     assert len(installed) == 1, installed
     assert faiss_build().distribution == installed[0]
 
