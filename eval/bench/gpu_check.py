@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,8 @@ MODEL_ALONE_PAIRS_S = 2300
 PACKED_OVER_PADDED = 1.5
 SERVER_OVER_MODEL = 0.9
 AGREEMENT_TOP10 = 0.99
+#: A step is not started with less time than this left of the run's budget.
+MIN_STEP_S = 10.0
 
 
 @dataclass
@@ -107,28 +110,29 @@ def _exact_embedder(models: Path) -> str:
 
 
 def run_step(step: Step, deadline: float, log: Path) -> None:
-    """Run one step within its limit and what is left of the run's budget; read its output."""
-    left = deadline - time.monotonic()
-    if left < 10:
+    """Run one step within its limit and what is left of the run's budget; read its output.
+    A step runs in its own process group, so that a timeout also stops the servers it
+    started."""
+    limit = min(step.limit_s, deadline - time.monotonic())
+    if limit < MIN_STEP_S:
         step.status = "skipped: the run's time budget was spent"
         return
     console.print(f"[bold]{step.name}[/bold]: {' '.join(step.command)}")
+    step.output.unlink(missing_ok=True)  # never read an earlier run's figures as this one's
     started = time.monotonic()
     # A run from inside a test must not hand the test runner's own variables to the steps.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    try:
-        with log.open("w") as sink:
-            code = subprocess.run(
-                step.command,
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                timeout=min(step.limit_s, left),
-                check=False,
-            ).returncode
-        step.status = "ok" if code == 0 else f"failed (exit {code})"
-    except subprocess.TimeoutExpired:
-        step.status = f"timed out after {min(step.limit_s, left):.0f} s"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            step.command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(timeout=limit)
+            step.status = "ok" if code == 0 else f"failed (exit {code})"
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            step.status = f"timed out after {limit:.0f} s"
     step.seconds = round(time.monotonic() - started, 1)
     step.tail = log.read_text(errors="replace")[-2000:]
     if step.output.exists():

@@ -198,6 +198,28 @@ def test_the_gpu_check_runs_every_step_on_tiny_models(tmp_path: Path):
     assert all(row["verdict"] == "" for row in report["checks"])
 
 
+def test_a_gpu_check_step_past_its_limit_is_stopped_with_what_it_started(tmp_path, monkeypatch):
+    """The step's process starts another (as bench-gpu starts a server); a timeout stops both,
+    and the step says it timed out."""
+    import sys
+    import time
+
+    from eval.bench import gpu_check
+
+    monkeypatch.setattr(gpu_check, "MIN_STEP_S", 1.0)
+    marker = tmp_path / "grandchild-outlived-the-step"
+    late_write = f"import pathlib, time; time.sleep(3); pathlib.Path({str(marker)!r}).touch()"
+    script = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {late_write!r}]); "
+        "time.sleep(60)"
+    )
+    step = gpu_check.Step("slow", [sys.executable, "-c", script], 2, tmp_path / "out.json")
+    gpu_check.run_step(step, deadline=time.monotonic() + 60, log=tmp_path / "slow.log")
+    assert step.status == "timed out after 2 s" and step.result == {}
+    time.sleep(3)
+    assert not marker.exists()
+
+
 def test_the_store_benchmark_measures_both_engines(tmp_path: Path, capsys):
     from eval.bench.store import main as bench_store
 
