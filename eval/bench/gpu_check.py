@@ -140,6 +140,12 @@ def run_step(step: Step, deadline: float, log: Path) -> None:
     console.print(f"  {step.status} in {step.seconds} s")
 
 
+def _device_name(device: str) -> str:
+    import torch
+
+    return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+
+
 def _step_report(step: Step) -> dict[str, Any]:
     entry: dict[str, Any] = {"status": step.status, "seconds": step.seconds, "result": step.result}
     if step.status != "ok":
@@ -178,16 +184,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps = plan_steps(options, out, models, placement.device)
     for step in steps:
         run_step(step, deadline, out / f"{step.name}.log")
-    gpu = placement.device.startswith("cuda") and not options.tiny
+    cuda = placement.device.startswith("cuda")
     report = {
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "device": placement.device,
+        "device": _device_name(placement.device) if cuda else placement.device,
         "dtype": str(placement.dtype),
         "tiny": options.tiny,
         "models_built_s": built_s,
         "seconds": round(time.monotonic() - started, 1),
         "steps": {s.name: _step_report(s) for s in steps},
-        "checks": checks(steps, targets=gpu),
+        "checks": checks(steps, targets=cuda and not options.tiny),
     }
     (out / "gpu-check.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)
