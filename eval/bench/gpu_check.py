@@ -12,8 +12,9 @@ and the others still run), in this order:
 
 The random models of the production shapes are built once and shared by the steps. On a GPU the
 table sets each figure against its target; `--tiny` runs every step at CPU size (two-layer
-models, the bundled sample, a few requests), which is how the test suite keeps this script
-working between GPU runs.
+models, the bundled sample, a few requests), which is how CI (`.ci/run`) keeps this script
+working between GPU runs: a step that fails, or a figure missing from a step's output, fails the
+run.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def run_step(step: Step, deadline: float, log: Path) -> None:
         try:
             code = process.wait(timeout=limit)
             step.status = "ok" if code == 0 else f"failed (exit {code})"
+            if code == 0 and not step.output.exists():
+                step.status = f"failed: exited 0 without writing {step.output.name}"
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -193,14 +196,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "models_built_s": built_s,
         "seconds": round(time.monotonic() - started, 1),
         "steps": {s.name: _step_report(s) for s in steps},
-        "checks": checks(steps, targets=cuda and not options.tiny),
+        "checks": [],
     }
+    try:
+        report["checks"] = checks(steps, targets=cuda and not options.tiny)
+    except (KeyError, TypeError, IndexError) as exc:  # a figure missing from a step's output
+        report["checks_error"] = f"a step's output lacks a figure: {type(exc).__name__}: {exc}"
     (out / "gpu-check.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)
     (out / "gpu-check.md").write_text(table)
     console.print(table)
     console.print(f"wrote {out / 'gpu-check.json'} and {out / 'gpu-check.md'}")
-    return 0 if all(s.status == "ok" for s in steps) else 1
+    if "checks_error" in report:
+        console.print(f"[red]{report['checks_error']}[/red]")
+    return 0 if all(s.status == "ok" for s in steps) and "checks_error" not in report else 1
 
 
 class Checks:
@@ -245,9 +254,9 @@ def checks(steps: Sequence[Step], *, targets: bool) -> list[dict[str, str]]:
     if bench := by_name.get("bench-gpu"):
         _bench_rows(bench, table)
     for clients in (16, 64):
-        runs = {r["name"]: r for r in by_name.get(f"load-{clients}", {}).get("runs", [])}
-        server, ceiling = runs.get("ragrank"), runs.get("ceiling")
-        if server and ceiling:
+        if load := by_name.get(f"load-{clients}"):
+            runs = {r["name"]: r for r in load["runs"]}
+            server, ceiling = runs["ragrank"], runs["ceiling"]
             table.add(
                 f"ragrank bench, {clients} clients",
                 f"{server['pairs_per_s']:.0f} pairs/s, p50 {server['p50_ms']} ms, p99 "

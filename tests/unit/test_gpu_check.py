@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eval.bench.gpu_check import Step, checks, markdown
 
 
@@ -66,3 +68,13 @@ def test_a_cpu_run_judges_nothing_and_a_step_that_failed_shows_in_the_table():
         "steps": {"tests": {"status": "timed out after 150 s", "seconds": 150.0}},
     }
     assert "| tests | timed out after 150 s | 150.0 |" in markdown(report)
+
+
+def test_a_step_output_that_lacks_a_figure_is_an_error_not_a_silent_gap():
+    result = bench_result(2400, 0.95, 1.0)
+    del result["reranker"]["scifact_packed_by_budget"]
+    with pytest.raises(KeyError, match="scifact_packed_by_budget"):
+        verdicts(result)
+    load = Step("load-16", [], 1, Path("load-16.json"), status="ok", result={"runs": []})
+    with pytest.raises(KeyError, match="ragrank"):
+        checks([load], targets=False)
