@@ -73,16 +73,11 @@ def faiss_build() -> FaissBuild:
     return FaissBuild(distribution, version, gpus)
 
 
-def faiss_gpu_available() -> bool:
-    """True when this faiss build has GPU support and sees at least one GPU."""
-    return faiss_build().on_gpu
-
-
 class ExactIndex:
     """Brute-force top-k by inner product; the passage vectors must already be normalised."""
 
     def __init__(self, vectors: Vectors, *, gpu: bool | None = None) -> None:
-        self.gpu = faiss_gpu_available() if gpu is None else gpu
+        self.gpu = faiss_build().on_gpu if gpu is None else gpu
         cpu_index = faiss.IndexFlatIP(vectors.shape[1])
         index: Any = cpu_index
         if self.gpu:

@@ -43,9 +43,8 @@ from eval.bench.harness import (
     ragrank_command,
     server_process,
 )
-from eval.bench.options import DEFAULT_DATA, SHARED_DIR, XLMR_TOKENIZER, GpuOptions
+from eval.bench.options import SHARED_DIR, XLMR_TOKENIZER, GpuOptions, bench_data
 from eval.runs import token_batches
-from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
 from ragrank.device import Placement, resolve_placement
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
@@ -61,13 +60,12 @@ console = Console()
 
 RERANKER_CONFIG = SHARED_DIR / "models" / "bge-reranker-v2-m3"
 EMBEDDER_CONFIG = SHARED_DIR / "models" / "multilingual-e5-base"
-TOKENIZER = XLMR_TOKENIZER
 TOKEN_BUDGETS = (16_384, 32_768, 65_536)
 
 
 #: The spread reranker's weight scale: at the default 0.02 a random cross-encoder's logits for
 #: one query's candidates differ by less than bf16 rounds (spread 0.2x the bf16 error on a
-#: two-layer model), so rank agreement would measure noise; at 0.3 they spread about 20x wider.
+#: two-layer model), so rank agreement would measure noise; at 0.3 they spread about 23x it.
 SPREAD_INIT = 0.3
 
 
@@ -104,7 +102,7 @@ def build_models(out: Path, *, tiny: bool) -> BenchModels:
         if tiny:
             config.update({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128})
             config.num_attention_heads = 4
-        tokenizer = load_tokenizer(TOKENIZER, out / f"{kind}-tok", 512)
+        tokenizer = load_tokenizer(XLMR_TOKENIZER, out / f"{kind}-tok", 512)
         save_random_model(kind, config, tokenizer, folder)
     return models
 
@@ -196,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     placement = resolve_placement(args.device, args.dtype)
     device = placement.device
-    data = args.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
+    data = bench_data(args.data)
     out = args.out or Path("eval-results") / time.strftime("bench-gpu-%Y%m%d-%H%M%S.json")
     report: dict[str, Any] = {"device": device, "dtype": str(placement.dtype), "data": str(data)}
     if device.startswith("cuda"):
@@ -356,9 +354,9 @@ def _embedder(folder: Path, placement: Placement, data: Path, args: GpuOptions) 
 
 def _agreement(folder: Path, placement: Placement, data: Path, queries: int) -> dict[str, float]:
     """Mean share of each query's top-10 that the fast path (packed, the placement's dtype)
-    shares with the fp32 padded forward, on the spread reranker; with the logits' spread (their
-    standard deviation within a query) and the fast path's RMS error, whose ratio says whether
-    the agreement measures anything."""
+    shares with the fp32 padded forward; with the logits' spread (their standard deviation
+    within a query) and the fast path's RMS error, whose ratio says whether the agreement
+    measures anything."""
     fast = CrossEncoderScorer(str(folder), placement=placement, packed="on")
     exact = CrossEncoderScorer(
         str(folder), placement=Placement(placement.device, torch.float32), packed="off"

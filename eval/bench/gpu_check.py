@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from eval.bench.options import DEFAULT_DATA, GpuCheckOptions
+from eval.bench.options import GpuCheckOptions, bench_data
 from ragrank import SAMPLE_DATASET
 from ragrank.options import parse_options
 
@@ -67,7 +67,7 @@ class Step:
 def plan_steps(options: GpuCheckOptions, out: Path, models: Path, device: str) -> list[Step]:
     """The steps of one run, full-size or `--tiny`."""
     python = sys.executable
-    data = str(options.data or (SAMPLE_DATASET if options.tiny else _default_data()))
+    data = str((options.data or SAMPLE_DATASET) if options.tiny else bench_data(options.data))
     common = ["--device", device, "--data", data]
     bench_gpu = [*common, "--models", str(models)]
     load = [*common, "--model", str(models / "reranker"), "--runs", "ceiling,ragrank"]
@@ -94,10 +94,6 @@ def plan_steps(options: GpuCheckOptions, out: Path, models: Path, device: str) -
         command = [python, "-m", "cli", "bench", *load, "--clients", str(clients)]
         steps.append(Step(f"load-{clients}", [*command, "--out", str(output)], 150, output))
     return steps
-
-
-def _default_data() -> Path:
-    return DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET
 
 
 def _exact_embedder(models: Path) -> str:

@@ -38,8 +38,7 @@ from eval.bench.harness import (
     ragrank_command,
     server_process,
 )
-from eval.bench.options import DEFAULT_DATA
-from ragrank import SAMPLE_DATASET
+from eval.bench.options import bench_data
 from ragrank.beir import load_beir
 from ragrank.errors import RagrankError
 
@@ -151,7 +150,7 @@ def run(options: BenchOptions) -> int:
         raise RagrankError(
             f"--host-only needs the XLM-R tokenizer at {options.tokenizer}; pass --tokenizer"
         )
-    data = options.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
+    data = bench_data(options.data)
     out = options.out or Path("eval-results") / time.strftime("bench-host-%Y%m%d-%H%M%S.json")
     requests = build_requests(
         data, requests=options.host_requests, documents=options.documents, seed=options.seed

@@ -45,8 +45,7 @@ from eval.bench.harness import (
     server_process,
     small_embedder,
 )
-from eval.bench.options import DEFAULT_DATA, BenchOptions
-from ragrank import SAMPLE_DATASET
+from eval.bench.options import BenchOptions, bench_data
 from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
 from ragrank.models import CrossEncoderScorer
@@ -193,7 +192,7 @@ def run(options: BenchOptions) -> int:
 
         return run_host(options)
     placement = resolve_placement(options.device)
-    data = options.data or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
+    data = bench_data(options.data)
     out = options.out or Path("eval-results") / time.strftime("bench-load-%Y%m%d-%H%M%S.json")
     with tempfile.TemporaryDirectory(prefix="ragrank-bench-") as scratch_dir:
         scratch = Path(scratch_dir)

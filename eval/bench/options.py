@@ -19,6 +19,12 @@ DEFAULT_DATA = SHARED_DIR / "data" / "scifact"
 XLMR_TOKENIZER = SHARED_DIR / "models" / "xlm-roberta-tokenizer" / "tokenizer.json.gz"
 
 
+def bench_data(given: Path | None) -> Path:
+    """The BEIR folder a benchmark reads: the one given, else SciFact where it is present, else
+    the bundled sample."""
+    return given or (DEFAULT_DATA if DEFAULT_DATA.exists() else SAMPLE_DATASET)
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """What `ragrank bench` measures, with what, and where the JSON report goes."""
@@ -104,8 +110,8 @@ class GpuOptions:
     out: Path | None = option(None, "JSON report (default: eval-results/bench-gpu-<time>.json)")
     models: Path | None = option(
         None,
-        "a folder with the reranker/ and embedder/ an earlier run built (default: build them in "
-        "a temporary folder)",
+        "a folder with the models an earlier run built there (reranker/, embedder/, "
+        "reranker-spread/); built there when absent (default: a temporary folder)",
     )
 
 
