@@ -100,10 +100,16 @@ def served(
     # passages over the lexical matches these tests look for.
     env |= {"RAGRANK_FUSION_OTHER_LANGUAGES": "0"}
     with ragrank_serve(flags, env) as (base, _):
-        job = httpx.post(f"{base}/v1/documents", json={"documents": [HOSTILE]}, headers=AUTH)
+        # A generous timeout, as for the searches below: on a loaded 2-core machine the
+        # in-process worker's first indexing can hold a reply past httpx's 5 s default.
+        job = httpx.post(
+            f"{base}/v1/documents", json={"documents": [HOSTILE]}, headers=AUTH, timeout=60
+        )
         assert job.status_code == 202, job.text
         for _ in range(240):
-            status = httpx.get(f"{base}/v1/jobs/{job.json()['job_id']}", headers=AUTH).json()
+            status = httpx.get(
+                f"{base}/v1/jobs/{job.json()['job_id']}", headers=AUTH, timeout=60
+            ).json()
             if status["state"] == "done":
                 break
             time.sleep(0.25)
