@@ -92,12 +92,14 @@ def save_minilm_reranker(out: Path) -> Path:
     return out
 
 
-def sample_tokenizer(folder: Path, tokenizer_file: Path | None = None) -> Any:
+def sample_tokenizer(
+    folder: Path, tokenizer_file: Path | None = None, max_length: int = 512
+) -> Any:
     """An XLM-R-style tokenizer for tiny models: `tokenizer_file` (the real XLM-R one, where
     a caller has it), else a small BPE trained on the bundled sample, so nothing is
     downloaded."""
     if tokenizer_file is not None:
-        return load_tokenizer(tokenizer_file, folder)
+        return load_tokenizer(tokenizer_file, folder, max_length)
     import json
 
     from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
@@ -119,7 +121,7 @@ def sample_tokenizer(folder: Path, tokenizer_file: Path | None = None) -> Any:
     )
     folder.mkdir(parents=True, exist_ok=True)
     trained.save(str(folder / "tokenizer.json"))
-    return load_tokenizer(folder / "tokenizer.json", folder)
+    return load_tokenizer(folder / "tokenizer.json", folder, max_length)
 
 
 def tiny_config(
@@ -158,6 +160,121 @@ def save_tiny_models(out: Path, tokenizer_file: Path | None = None) -> tuple[Pat
         save_tiny_model("embedder", out / "tiny-multilingual-e5", tokenizer_file),
         save_tiny_model("reranker", out / "tiny-bge-reranker", tokenizer_file),
     )
+
+
+#: The reranker families beyond XLM-R that tests and benchmarks build tiny models of.
+TinyFamily = Literal["modernbert", "modernbert-mean", "qwen3-reranker", "qwen3-seq-cls"]
+#: Qwen's chat tokens and pad token, which a decoder reranker's prompt and batches use.
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def byte_level_tokenizer(folder: Path) -> Any:
+    """A small byte-level BPE (Qwen's kind of tokenizer) trained on the bundled sample, with
+    Qwen's chat tokens and `yes` and `no` as tokens of their own."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from ragrank import SAMPLE_DATASET
+
+    corpus = (SAMPLE_DATASET / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trained.decoder = decoders.ByteLevel()
+    trained.train_from_iterator(
+        (json.loads(line)["text"] for line in corpus),
+        trainers.BpeTrainer(
+            vocab_size=3000,
+            special_tokens=QWEN_SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    trained.save(str(folder / "tokenizer.json"))
+    tokenizer_class: Any = PreTrainedTokenizerFast  # transformers' constructors are untyped
+    tokenizer = tokenizer_class(
+        tokenizer_file=str(folder / "tokenizer.json"),
+        model_max_length=8192,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=QWEN_SPECIALS[1:],
+    )
+    tokenizer.add_tokens(["yes", "no"])
+    return tokenizer
+
+
+def tiny_modernbert_config(tokenizer: Any, *, pooling: str = "cls") -> Any:
+    """ModernBERT made tiny: three layers, the first global and two local with an 8-token
+    window, so that sliding-window attention is exercised on short texts."""
+    from transformers import ModernBertConfig
+
+    config: Any = ModernBertConfig  # transformers' constructors are untyped
+    return config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        global_attn_every_n_layers=3,
+        local_attention=8,
+        max_position_embeddings=8192,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+        classifier_pooling=pooling,
+        num_labels=1,
+    )
+
+
+def tiny_qwen3_config(tokenizer: Any) -> Any:
+    """Qwen3 made tiny, with grouped-query attention (four query heads, two key heads) and
+    tied embeddings as Qwen3-Reranker-0.6B has them."""
+    from transformers import Qwen3Config
+
+    config: Any = Qwen3Config  # transformers' constructors are untyped
+    return config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        num_labels=1,
+    )
+
+
+def save_family_model(family: TinyFamily, config: Any, tokenizer: Any, out: Path) -> Path:
+    """Save a randomly initialised reranker of `family` with `config`: a one-logit sequence
+    classifier, or for `qwen3-reranker` a causal language model scored by `yes` and `no`."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    factory: Any = AutoModelForCausalLM if family == "qwen3-reranker" else None
+    factory = factory or AutoModelForSequenceClassification  # transformers' factories are untyped
+    torch.manual_seed(0)
+    config.num_labels = 1
+    factory.from_config(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def save_tiny_family(family: TinyFamily, out: Path) -> Path:
+    """One tiny random reranker of `family` (seeded), for tests and the CPU benchmarks."""
+    if family.startswith("qwen3"):
+        tokenizer = byte_level_tokenizer(out.with_name(out.name + "-tok"))
+        config = tiny_qwen3_config(tokenizer)
+    else:
+        tokenizer = sample_tokenizer(out.with_name(out.name + "-tok"), max_length=8192)
+        pooling = "mean" if family == "modernbert-mean" else "cls"
+        config = tiny_modernbert_config(tokenizer, pooling=pooling)
+    return save_family_model(family, config, tokenizer, out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,15 +22,18 @@ import torch.nn.functional as F  # noqa: N812
 
 from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
+from ragrank.families import SHORT_CONTEXT_TOKENS, pair_prompt, reranker_family, window_length
 from ragrank.loading import load_model
 from ragrank.packing import (
     ATTENTION,
+    PADDING_OFFSET_POSITIONS,
     Batch,
     PackedBatch,
     collate_packed,
     collate_padded,
     first_position,
     first_rows,
+    last_rows,
     packed_hidden,
     packing_family,
     register_attention,
@@ -276,11 +279,13 @@ def _packable_pooling(modules: Sequence[Any]) -> str | None:
 
 
 class CrossEncoderScorer:
-    """A one-logit cross-encoder run batch by batch under `torch.inference_mode()`.
+    """A one-logit reranker of one of the families of `ragrank.families`, run batch by batch
+    under `torch.inference_mode()`.
 
     The forward pass is written out (rather than `CrossEncoder.predict`) so that the model reads
     ids assembled once, batches can be packed, and logits are read in float32 whatever dtype the
-    model runs in.
+    model runs in. Each family reads its own row of the last hidden states (the first token,
+    the mean, or the last token) and turns it into one logit with its own head.
     """
 
     def __init__(
@@ -289,11 +294,12 @@ class CrossEncoderScorer:
         *,
         placement: Placement,
         batch_size: int = 16,
-        max_length: int = 512,
+        max_length: int = 0,
         backend: str = "torch",
         min_agreement: float = 0.9,
         packed: str = "off",
         varlen: str = "auto",
+        instruction: str | None = None,
     ) -> None:
         from sentence_transformers import CrossEncoder
 
@@ -301,30 +307,44 @@ class CrossEncoderScorer:
             encoder: CrossEncoder = CrossEncoder(
                 source,
                 device=placement.device,
-                max_length=max_length,
+                max_length=max_length or None,
                 model_kwargs={"dtype": placement.dtype},
             )
             return encoder
 
         encoder = load_model("reranking", model_id, env_name("rerank_model"), loader)
-        if encoder.num_labels != 1:
-            raise ModelLoadError(
-                f"The reranking model {model_id!r} has {encoder.num_labels} output labels; "
-                f"ragrank needs a one-logit cross-encoder. Set {env_name('rerank_model')}."
-            )
         model = encoder.transformers_model
         if model is None:
             raise ModelLoadError(
                 f"The reranking model {model_id!r} is not a transformers model; "
                 f"set {env_name('rerank_model')} to a Hugging Face cross-encoder."
             )
+        self.family = reranker_family(model, model_id)
+        if encoder.num_labels != 1:
+            raise ModelLoadError(
+                f"The reranking model {model_id!r} has {encoder.num_labels} output labels; "
+                f"ragrank needs a one-logit cross-encoder. Set {env_name('rerank_model')}."
+            )
         self.model_id = model_id
         model.train(False)
         self._model: Any = model
         tokenizer = encoder.tokenizer
-        model_limit = int(getattr(tokenizer, "model_max_length", max_length) or max_length)
-        self.max_length = min(max_length, model_limit)
-        self.tokens = _tokens(tokenizer, self.max_length, "reranking", model_id)
+        self.max_length = window_length(self.family, max_length, _model_limit(model, tokenizer))
+        prompt = pair_prompt(tokenizer, instruction) if self.family.prompted else None
+        try:
+            self.tokens = Tokens(
+                tokenizer, self.max_length, prompt=prompt, types=self.family.token_types
+            )
+        except ValueError as exc:
+            raise ModelLoadError(
+                f"The reranking model {model_id!r} cannot be served: {exc}. Set "
+                f"{env_name('rerank_model')} to a model with a fast (tokenizer.json) tokenizer."
+            ) from exc
+        #: The decoder's `yes` minus `no` row of its output layer: one dot product per pair
+        #: gives the log-odds, with no projection onto the whole vocabulary.
+        self._direction: torch.Tensor | None = None
+        if self.family.name == "qwen3-reranker":
+            self._direction = _yes_no_direction(encoder, model, model_id)
         self._runner = _Runner(
             model,
             self.tokens,
@@ -333,7 +353,6 @@ class CrossEncoderScorer:
             varlen=varlen,
             role="reranking",
             model_id=model_id,
-            can_pack=_has_known_head(model),
         )
         self.packed = self._runner.packed
         self._batch_size = batch_size
@@ -367,10 +386,13 @@ class CrossEncoderScorer:
         self.agreement = agreement
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CrossEncoderScorer:
+    def from_settings(
+        cls, settings: Settings, model_id: str | None = None
+    ) -> CrossEncoderScorer:
+        """The reranker the settings name (`model_id`: another of the served ones)."""
         bound_kernel_cache(settings.cpu_kernel_cache)
         return cls(
-            settings.rerank_model,
+            model_id or settings.rerank_model,
             placement=(placement := resolve_placement(settings.device, settings.dtype)),
             batch_size=batch_limits(placement, settings.rerank_batch_size)[0],
             max_length=settings.rerank_max_length,
@@ -378,6 +400,7 @@ class CrossEncoderScorer:
             min_agreement=settings.rerank_min_agreement,
             packed=settings.packed,
             varlen=settings.varlen_attention,
+            instruction=settings.rerank_instruction or None,
         )
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
@@ -406,26 +429,82 @@ class CrossEncoderScorer:
 
     def _run(self, model: Any, batch: Batch) -> NDArray[np.float32]:
         with self._runner.running():
-            if isinstance(batch, PackedBatch):
+            if self.family.pooling == "last":
+                output = self._head(model, self._last_rows(model, batch))
+            elif isinstance(batch, PackedBatch):
                 base = model.base_model
                 hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
-                rows = first_rows(hidden, batch)[:, None, :]
-                if self._runner.family == "bert":
-                    rows = base.pooler(rows)
-                output = model.classifier(rows)
+                if self.family.pooling == "mean":
+                    rows = segment_mean(hidden, batch).to(hidden.dtype)
+                else:
+                    rows = first_rows(hidden, batch)
+                output = self._head(model, rows)
             else:
                 output = model(**self._runner.features(batch)).logits
             # Logits leave the model in float32 whatever dtype it runs in.
             logits = output.float().view(-1)
         return np.asarray(logits.cpu().numpy(), dtype=np.float32)
 
+    def _last_rows(self, model: Any, batch: Batch) -> torch.Tensor:
+        """A decoder's last hidden row of each input, packed or right-padded."""
+        base = model.base_model
+        if isinstance(batch, PackedBatch):
+            hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
+            return last_rows(hidden, batch)
+        features = self._runner.features(batch)
+        mask = features["attention_mask"]
+        states = base(**features, use_cache=False).last_hidden_state
+        ends = mask.sum(dim=1) - 1
+        last: torch.Tensor = states[torch.arange(states.shape[0], device=states.device), ends]
+        return last
 
-def _has_known_head(model: Any) -> bool:
-    """Whether the packed forward can apply this classifier's head: BERT's pooler + linear
-    classifier, or XLM-R's classification head on the first token."""
-    name = type(model).__name__
-    return name in (
-        "BertForSequenceClassification",
-        "XLMRobertaForSequenceClassification",
-        "RobertaForSequenceClassification",
-    )
+    def _head(self, model: Any, rows: torch.Tensor) -> torch.Tensor:
+        """One logit per row, by the family's own head."""
+        family = self.family.name
+        if self._direction is not None:
+            return rows.float() @ self._direction
+        if family == "qwen3-seq-cls":
+            score: torch.Tensor = model.score(rows)
+            return score
+        if family == "modernbert":
+            classified: torch.Tensor = model.classifier(model.head(rows))
+            return classified
+        if family == "bert":
+            rows = model.base_model.pooler(rows[:, None, :])
+            return model.classifier(rows)  # type: ignore[no-any-return]
+        return model.classifier(rows[:, None, :])  # type: ignore[no-any-return]
+
+
+def _model_limit(model: Any, tokenizer: Any) -> int:
+    """The longest input the model reads: its tokenizer's limit where that is set sensibly,
+    else its position table's (less XLM-R's two reserved positions)."""
+    config = model.config
+    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
+    if getattr(config, "model_type", "") in PADDING_OFFSET_POSITIONS:
+        positions -= int(config.pad_token_id) + 1
+    stated = int(getattr(tokenizer, "model_max_length", 0) or 0)
+    limits = [n for n in (stated, positions) if 0 < n < 1_000_000]
+    return min(limits) if limits else SHORT_CONTEXT_TOKENS
+
+
+def _yes_no_direction(encoder: Any, model: Any, model_id: str) -> torch.Tensor:
+    """The output layer's `yes` row minus its `no` row, in float32, with the token ids the
+    model folder names (sentence-transformers' LogitScore module), else the tokenizer's own
+    `yes` and `no`."""
+    from sentence_transformers.cross_encoder.modules import LogitScore
+
+    scores = [m for m in encoder if isinstance(m, LogitScore)]
+    yes = scores[0].true_token_id if scores else None
+    no = scores[0].false_token_id if scores else None
+    if yes is None or no is None:
+        yes = encoder.tokenizer.convert_tokens_to_ids("yes")
+        no = encoder.tokenizer.convert_tokens_to_ids("no")
+    unknown = encoder.tokenizer.unk_token_id
+    if yes is None or no is None or unknown in (yes, no):
+        raise ModelLoadError(
+            f"The reranking model {model_id!r} is a decoder whose folder names no `yes` and "
+            f"`no` tokens to score by; set {env_name('rerank_model')} to a Qwen3-Reranker "
+            f"checkpoint or its `-seq-cls` conversion."
+        )
+    weight = model.get_output_embeddings().weight
+    return (weight[int(yes)] - weight[int(no)]).detach().float()

@@ -1,10 +1,11 @@
 """Collating model inputs into tensors, padded or packed, and the padding-free forward.
 
 Packed: a batch's sequences are concatenated into one row, with cumulative lengths and
-per-sequence position ids, and attention runs over each sequence alone (varlen). No compute is
-spent on padding, so the token budget counts real tokens. It runs the Hugging Face model's own
-modules (embeddings, layers, heads) for the BERT and XLM-R families; attention goes through a
-function registered with transformers that also serves the padded path.
+per-sequence position ids, and attention runs over each sequence alone (varlen), causally for
+decoder models and within the window of sliding-window layers. No compute is spent on padding,
+so the token budget counts real tokens. It runs the Hugging Face model's own modules
+(embeddings, layers, heads) for the BERT, XLM-R, ModernBERT and Qwen3 families; attention goes
+through a function registered with transformers that also serves the padded path.
 
 This module runs on host threads (collating) and the model's thread (forward); nothing here
 is called from the event loop.
@@ -31,9 +32,13 @@ log = logging.getLogger(__name__)
 #: The attention implementation ragrank's models run with: varlen when a batch is packed,
 #: transformers' SDPA otherwise.
 ATTENTION = "ragrank_varlen"
-#: Model types whose embeddings and layers the packed forward knows, and the first position
-#: id of each (XLM-R counts from padding_idx + 1).
-FAMILIES = ("bert", "xlm-roberta", "roberta")
+#: Model types whose embeddings and layers the packed forward knows.
+FAMILIES = ("bert", "xlm-roberta", "roberta", "modernbert", "qwen3")
+#: Of those, the ones whose base model takes packed rows in its own `forward` (rotary
+#: positions, a per-layer-type mask mapping), rather than embeddings and encoder called apart.
+WHOLE_FORWARD = ("modernbert", "qwen3")
+#: The types whose position ids count from padding_idx + 1 rather than 0.
+PADDING_OFFSET_POSITIONS = ("xlm-roberta", "roberta")
 
 
 def _flash_varlen() -> Any:
@@ -77,26 +82,74 @@ def _varlen_attention(  # noqa: PLR0917 (transformers' attention signature)
         return output
     backend = kwargs.get("ragrank_varlen", "sdpa")
     longest = int(kwargs["max_length_q"])
+    causal = bool(getattr(module, "is_causal", False))
+    # transformers passes a layer's window so that a token sees keys within `window - 1`
+    # positions (ModernBERT's local layers both ways, a decoder's to the left).
+    window = kwargs.get("sliding_window")
+    left = int(window) - 1 if window else -1
+    right = 0 if causal else left
+    grouped = key.shape[1] != query.shape[1]
     if backend == "sdpa":
         bounds = kwargs["ragrank_bounds"]
-        pieces = [
-            F.scaled_dot_product_attention(
-                query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], scale=scaling
+        pieces = []
+        for start, end in itertools.pairwise(bounds):
+            mask = _window_mask(end - start, left, right, query.device) if window else None
+            pieces.append(
+                F.scaled_dot_product_attention(
+                    query[:, :, start:end],
+                    key[:, :, start:end],
+                    value[:, :, start:end],
+                    attn_mask=mask,
+                    is_causal=causal and mask is None,
+                    scale=scaling,
+                    enable_gqa=grouped,
+                )
             )
-            for start, end in itertools.pairwise(bounds)
-        ]
         return torch.cat(pieces, dim=2).transpose(1, 2).contiguous(), None
     # The varlen kernels take [tokens, heads, dim].
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
     if backend == "flash-attn":
         out = _flash_varlen()(
-            q, k, v, cu_seqlens, cu_seqlens, longest, longest, softmax_scale=scaling
+            q,
+            k,
+            v,
+            cu_seqlens,
+            cu_seqlens,
+            longest,
+            longest,
+            softmax_scale=scaling,
+            causal=causal,
+            window_size=(left, right),
         )
     else:
         from torch.nn.attention.varlen import varlen_attn
 
-        out = varlen_attn(q, k, v, cu_seqlens, cu_seqlens, longest, longest, scale=scaling)
+        out = varlen_attn(
+            q,
+            k,
+            v,
+            cu_seqlens,
+            cu_seqlens,
+            longest,
+            longest,
+            scale=scaling,
+            window_size=(left, right),
+            enable_gqa=grouped,
+        )
     return out.unsqueeze(0), None
+
+
+def _window_mask(length: int, left: int, right: int, device: torch.device) -> torch.Tensor:
+    """Which keys each query of one sequence sees: at most `left` before it and `right` after
+    it (-1: unbounded)."""
+    position = torch.arange(length, device=device)
+    distance = position[None, :] - position[:, None]
+    mask = torch.ones(length, length, dtype=torch.bool, device=device)
+    if left >= 0:
+        mask &= distance >= -left
+    if right >= 0:
+        mask &= distance <= right
+    return mask
 
 
 def register_attention() -> None:
@@ -196,16 +249,16 @@ def packing_family(config: Any) -> str | None:
         return None
     if getattr(config, "position_embedding_type", "absolute") != "absolute":
         return None
-    if getattr(config, "is_decoder", False):
+    if getattr(config, "is_decoder", False) and config.model_type != "qwen3":
         return None
     return str(config.model_type)
 
 
 def first_position(config: Any) -> int:
-    """The position id of a sequence's first token: 0 for BERT, padding_idx + 1 for XLM-R."""
-    if config.model_type == "bert":
-        return 0
-    return int(config.pad_token_id) + 1
+    """The position id of a sequence's first token: padding_idx + 1 for XLM-R, else 0."""
+    if config.model_type in PADDING_OFFSET_POSITIONS:
+        return int(config.pad_token_id) + 1
+    return 0
 
 
 def packed_hidden(
@@ -216,6 +269,30 @@ def packed_hidden(
     def move(tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(device, non_blocking=True)
 
+    cu_seqlens = move(batch.cu_seqlens)
+    attention = {
+        "cu_seq_lens_q": cu_seqlens,
+        "cu_seq_lens_k": cu_seqlens,
+        "max_length_q": batch.longest,
+        "max_length_k": batch.longest,
+        "ragrank_varlen": varlen,
+        "ragrank_bounds": batch.bounds,
+    }
+    config: Any = base.config
+    if config.model_type in WHOLE_FORWARD:
+        # No mask: each layer type's attention reads the sequences' bounds instead, so no
+        # tokens-by-tokens mask is ever built.
+        layer_types: Any = getattr(config, "layer_types", None) or ["full_attention"]
+        extra = {"use_cache": False} if config.model_type == "qwen3" else {}
+        output: Any = base(
+            input_ids=move(batch.input_ids),
+            position_ids=move(batch.position_ids),
+            attention_mask=dict.fromkeys(set(layer_types)),
+            **extra,
+            **attention,
+        )
+        whole: torch.Tensor = output.last_hidden_state[0]
+        return whole
     embeddings: Any = base.embeddings
     encoder: Any = base.encoder
     hidden = embeddings(
@@ -223,17 +300,7 @@ def packed_hidden(
         position_ids=move(batch.position_ids),
         token_type_ids=None if batch.token_type_ids is None else move(batch.token_type_ids),
     )
-    cu_seqlens = move(batch.cu_seqlens)
-    output = encoder(
-        hidden,
-        attention_mask=None,
-        cu_seq_lens_q=cu_seqlens,
-        cu_seq_lens_k=cu_seqlens,
-        max_length_q=batch.longest,
-        max_length_k=batch.longest,
-        ragrank_varlen=varlen,
-        ragrank_bounds=batch.bounds,
-    )
+    output = encoder(hidden, attention_mask=None, **attention)
     last: torch.Tensor = output.last_hidden_state[0]
     return last
 
@@ -251,3 +318,9 @@ def first_rows(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
     """Each sequence's first row (its CLS / <s> token)."""
     starts = batch.cu_seqlens[:-1].to(hidden.device, dtype=torch.long)
     return hidden.index_select(0, starts)
+
+
+def last_rows(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """Each sequence's last row: where a decoder has read the whole input."""
+    ends = batch.cu_seqlens[1:].to(hidden.device, dtype=torch.long) - 1
+    return hidden.index_select(0, ends)

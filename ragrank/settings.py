@@ -312,7 +312,19 @@ class Settings:
         ge=0,
     )
     rerank_max_length: int = setting(
-        512, "tokens per (query, passage) pair; longer pairs are truncated", ge=1
+        0,
+        "tokens per (query, document window) input; a longer document is scored in windows. "
+        "Never past the model's own limit",
+        shown="`0` = 512 for BERT and XLM-R rerankers, the model's own limit up to 8,192 for "
+        "ModernBERT and Qwen3 rerankers (see [models](models.md))",
+        ge=0,
+    )
+    rerank_instruction: str = setting(
+        "",
+        "the task a Qwen3 reranker is told in its prompt, when its folder's chat template does not "
+        "set the prompt itself",
+        shown="empty = the model card's: `Given a web search query, retrieve relevant passages "
+        "that answer the query`",
     )
     rerank_backend: RerankBackend = setting(
         "torch",

@@ -11,6 +11,7 @@ threads at once, and copies let the host pool tokenise on every core.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -123,11 +124,63 @@ def derive_template(backend: Any) -> Template:
     )
 
 
+@dataclass(frozen=True)
+class PairPrompt:
+    """A prompt that wraps a (query, document) pair in text, as decoder rerankers read it:
+    `prefix query middle document suffix`. A space that ends `prefix` or `middle` is read as
+    the start of the text after it, as the tokenizer would read the whole prompt."""
+
+    prefix: str
+    middle: str
+    suffix: str
+    #: Where the prompt came from: the model folder's chat template, or the documented default.
+    source: str = "default"
+
+    @property
+    def leads(self) -> tuple[str, str]:
+        """What goes before the query's and the document's text when they are tokenised."""
+        return (
+            " " if self.prefix.endswith(" ") else "",
+            " " if self.middle.endswith(" ") else "",
+        )
+
+    def template(self, backend: Any) -> Template:
+        """The prompt's parts as ids; the model reads no token types."""
+
+        def ids(text: str) -> TokenIds:
+            return list(backend.encode(text, add_special_tokens=False).ids)
+
+        query_lead, document_lead = self.leads
+        pair_prefix = ids(self.prefix[: len(self.prefix) - len(query_lead)])
+        middle = ids(self.middle[: len(self.middle) - len(document_lead)])
+        suffix = ids(self.suffix)
+        return Template(
+            prefix=[],
+            suffix=[],
+            pair_prefix=pair_prefix,
+            middle=middle,
+            pair_suffix=suffix,
+            pair_types=([0] * len(pair_prefix), 0, [0] * len(middle), 0, [0] * len(suffix)),
+            single_types=([], 0, []),
+            uses_types=False,
+        )
+
+
 class Tokens:
     """A model's tokenizer for host threads: ids without special tokens, inputs assembled from
-    ids, and window planning. Thread-safe: each thread tokenises with its own copy."""
+    ids, and window planning. Thread-safe: each thread tokenises with its own copy.
 
-    def __init__(self, tokenizer: Any, max_length: int) -> None:
+    Pairs are laid out as the tokenizer lays them out, or by `prompt` for models that read a
+    pair inside a prompt; `types=False` drops token types for models that have none."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_length: int,
+        *,
+        prompt: PairPrompt | None = None,
+        types: bool = True,
+    ) -> None:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is None:
             raise ValueError("ragrank needs a fast (Rust) tokenizer")
@@ -135,7 +188,12 @@ class Tokens:
         # Inputs are cut and padded here, by ids; the tokenizer only splits text.
         self._backend.no_truncation()
         self._backend.no_padding()
-        self.template = derive_template(self._backend)
+        template = derive_template(self._backend) if prompt is None else prompt.template(backend)
+        if not types and template.uses_types:
+            template = dataclasses.replace(template, uses_types=False)
+        self.template = template
+        self.prompt = prompt
+        self._query_lead, self._document_lead = ("", "") if prompt is None else prompt.leads
         self.max_length = max_length
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self._local = threading.local()
@@ -189,8 +247,8 @@ class Tokens:
     def pairs(self, pairs: Sequence[tuple[str, str]]) -> list[ModelInput]:
         """Inputs for text pairs, each cut to fit as `truncation="longest_first"` cuts it."""
         budget = self.max_length - self.template.pair_specials
-        queries = self.ids([query for query, _ in pairs])
-        passages = self.ids([passage for _, passage in pairs])
+        queries = self.ids([self._query_lead + query for query, _ in pairs])
+        passages = self.ids([self._document_lead + passage for _, passage in pairs])
         inputs = []
         for query, passage in zip(queries, passages, strict=True):
             keep_query, keep_passage = _longest_first(len(query), len(passage), budget)
@@ -203,13 +261,14 @@ class Tokens:
         """Split each document (cut at `max_tokens_per_doc`) into overlapping windows that fit
         the model together with the query, which is capped at a quarter of the budget."""
         budget = self.max_length - self.template.pair_specials
-        query_ids = self.ids([query])[0][: max(1, budget // 4)]
+        query_ids = self.ids([self._query_lead + query])[0][: max(1, budget // 4)]
         window = max(1, budget - len(query_ids))
         stride = max(1, window - window // 4)
         limit = max_tokens_per_doc or window * DEFAULT_WINDOWS_PER_DOC
         inputs: list[ModelInput] = []
         owners: list[int] = []
-        for index, document_ids in enumerate(self.ids(documents)):
+        texts = [self._document_lead + document for document in documents]
+        for index, document_ids in enumerate(self.ids(texts)):
             ids = document_ids[:limit]
             start = 0
             while True:
