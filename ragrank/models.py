@@ -41,7 +41,7 @@ from ragrank.packing import (
     segment_mean,
 )
 from ragrank.quantization import Agreement, calibration_groups, checked_agreement, quantize_int8
-from ragrank.settings import Settings, env_name
+from ragrank.settings import Settings, default_prefixes, env_name
 from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
 if TYPE_CHECKING:
@@ -214,12 +214,19 @@ class SentenceTransformerEmbedder:
         self.packed = self._runner.packed
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SentenceTransformerEmbedder:
+    def from_settings(
+        cls, settings: Settings, model_id: str | None = None
+    ) -> SentenceTransformerEmbedder:
+        """The embedder the settings name (`model_id`: another of the served ones, with the
+        role prefixes it was trained with; the prefix settings are the default one's)."""
         bound_kernel_cache(settings.cpu_kernel_cache)
+        query, passage = settings.query_prefix or "", settings.passage_prefix or ""
+        if model_id is not None and model_id != settings.embed_model:
+            query, passage = default_prefixes(model_id)
         return cls(
-            settings.embed_model,
-            query_prefix=settings.query_prefix or "",
-            passage_prefix=settings.passage_prefix or "",
+            model_id or settings.embed_model,
+            query_prefix=query,
+            passage_prefix=passage,
             placement=(placement := resolve_placement(settings.device, settings.dtype)),
             batch_size=batch_limits(placement, settings.embed_batch_size)[0],
             packed=settings.packed,
@@ -386,9 +393,7 @@ class CrossEncoderScorer:
         self.agreement = agreement
 
     @classmethod
-    def from_settings(
-        cls, settings: Settings, model_id: str | None = None
-    ) -> CrossEncoderScorer:
+    def from_settings(cls, settings: Settings, model_id: str | None = None) -> CrossEncoderScorer:
         """The reranker the settings name (`model_id`: another of the served ones)."""
         bound_kernel_cache(settings.cpu_kernel_cache)
         return cls(

@@ -167,6 +167,26 @@ class Settings:
     rerank_model: str = setting(
         DEFAULT_RERANK_MODEL, "one-logit cross-encoder: hub id or local folder", flags="models"
     )
+    embed_models: str = setting(
+        "",
+        "several embedders in one server, for the embeddings routes: comma-separated "
+        "`name=model` entries (`name1|name2=model` gives one model several names; `*` as a "
+        "name takes any name no other model has); the first is the default, indexes and "
+        "answers searches, and overrides `RAGRANK_EMBED_MODEL` (see "
+        "[models](models.md#several-models-in-one-server))",
+    )
+    rerank_models: str = setting(
+        "",
+        "several rerankers in one server, each picked by a request's `model`: entries as for "
+        "`RAGRANK_EMBED_MODELS`; the first is the default and overrides `RAGRANK_RERANK_MODEL`",
+    )
+    model_memory_share: float = setting(
+        0.8,
+        "share of the device's free memory the served models' weights may take at start-up; "
+        "a set that needs more is refused, with the figures (the rest is left to the batches)",
+        ge=0.01,
+        le=1.0,
+    )
     query_prefix: str | None = setting(
         None,
         "prepended to queries before embedding; set it empty for none",
@@ -522,6 +542,11 @@ class Settings:
         for name in ("qdrant_url", "qdrant_api_key", "jobs_url"):
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
+        # A list of served models names the default first: the single-model fields follow it.
+        for single, listed in (("embed_model", "embed_models"), ("rerank_model", "rerank_models")):
+            served = parse_served(getattr(self, listed), env_name(listed))
+            if served:
+                object.__setattr__(self, single, served[0].model_id)
         query, passage = default_prefixes(self.embed_model)
         if self.query_prefix is None:
             object.__setattr__(self, "query_prefix", query)
@@ -584,6 +609,18 @@ class Settings:
         return max(1, cores - 1)
 
     @property
+    def served_embedders(self) -> tuple[ServedModel, ...]:
+        """The embedders to serve, the default first."""
+        listed = parse_served(self.embed_models, env_name("embed_models"))
+        return listed or (ServedModel((self.embed_model,), self.embed_model),)
+
+    @property
+    def served_rerankers(self) -> tuple[ServedModel, ...]:
+        """The rerankers to serve, the default first."""
+        listed = parse_served(self.rerank_models, env_name("rerank_models"))
+        return listed or (ServedModel((self.rerank_model,), self.rerank_model),)
+
+    @property
     def watch_folders(self) -> tuple[Path, ...]:
         return tuple(Path(f.strip()).expanduser() for f in self.watch.split(",") if f.strip())
 
@@ -642,6 +679,50 @@ _LIMITS = [
 ]
 LIMIT_CEILINGS: dict[str, int] = {f.name: int(f.metadata["le"]) for f in _LIMITS}
 LIMIT_FLOORS: dict[str, int] = {f.name: int(f.metadata["ge"]) for f in _LIMITS}
+
+
+#: The name that picks a model for any name no other served model answers to.
+ANY_NAME = "*"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model of a list of served ones: the names a request's `model` may give it, and the
+    hub id or folder it loads from."""
+
+    names: tuple[str, ...]
+    model_id: str
+
+    @property
+    def name(self) -> str:
+        """The model's first name: what `/v1/models` and the metrics call it."""
+        return next((n for n in self.names if n != ANY_NAME), self.model_id)
+
+
+def parse_served(listed: str, variable: str) -> tuple[ServedModel, ...]:
+    """`name=model, name1|name2=model, model` into served models; a `SettingsError` naming
+    `variable` for an empty entry, or a name given twice."""
+    served: list[ServedModel] = []
+    seen: set[str] = set()
+    for entry in (e.strip() for e in listed.split(",")):
+        if not entry:
+            if listed.strip():
+                raise SettingsError(f"{variable} has an empty entry: {listed!r}")
+            continue
+        names_part, equals, model_id = entry.rpartition("=")
+        model_id = model_id.strip()
+        names = tuple(n.strip() for n in names_part.split("|")) if equals else ()
+        if not model_id or any(not n for n in names):
+            raise SettingsError(
+                f"{variable}: {entry!r} is not `name=model`, `name1|name2=model` or `model`"
+            )
+        names = (*names, model_id) if model_id not in names else names
+        for name in names:
+            if name in seen:
+                raise SettingsError(f"{variable}: the name {name!r} is given to two models")
+            seen.add(name)
+        served.append(ServedModel(names, model_id))
+    return tuple(served)
 
 
 def env_name(field_name: str) -> str:

@@ -23,7 +23,7 @@ from server.metrics import PROMETHEUS, MetricsController, instrument, instrument
 from server.openapi import complete_request_schemas, request_types, write_dimension_into_schema
 from server.playground import playground_router
 from server.request_log import request_id_middleware
-from server.routes import documents, embeddings, health, rerank, search
+from server.routes import documents, embeddings, health, models, rerank, search
 from server.services import SearchService, Services
 from server.strict import strict_body
 
@@ -71,8 +71,8 @@ def create_app(
         )
         try:
             async with SearchService(ready, settings) as search_service:
-                instrument(search_service.embed_engine)
-                instrument(search_service.score_engine)
+                for engine in search_service.engines:
+                    instrument(engine)
                 instrument_jobs(job_states)
                 app.state.search_service = search_service
                 with ExitStack() as companions:
@@ -129,6 +129,7 @@ def _route_handlers(settings: Settings, keys: ApiKeys) -> list[ControllerRouterH
         *rerank.ROUTES,
         *embeddings.ROUTES,
         *documents.ROUTES,
+        *models.ROUTES,
         *health.ROUTES,
         MetricsController,
     ]

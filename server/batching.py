@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -54,11 +55,45 @@ Prepared = TypeVar("Prepared")
 PREFETCH_DEPTH = 2
 
 
+class DeviceTurns:
+    """Forward passes of several models on one device, one at a time, in the order they asked
+    for it: a model with a long queue hands the device to the next model's waiting batch after
+    each of its own, so neither starves the other. Used from the models' threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: deque[threading.Event] = deque()
+        self._busy = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if not self._busy:
+                self._busy = True
+                return
+            turn = threading.Event()
+            self._waiting.append(turn)
+        turn.wait()  # the device is handed over, still busy, by `__exit__`
+
+    @property
+    def waiting(self) -> int:
+        """Forward passes waiting for the device."""
+        return len(self._waiting)
+
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()
+            else:
+                self._busy = False
+
+
 @dataclass(frozen=True)
 class BatchStats:
     """What one forward pass held: for metrics and tests."""
 
     engine: str
+    #: The served model's name (one engine per model).
+    model: str
     items: int
     requests: int
     tokens: int
@@ -116,6 +151,11 @@ class BatchEngine(Generic[Item, Collated, Output]):
     #: none is given, and then shuts it down on `stop`.
     pool: Executor | None = None
     on_batch: list[Callable[[BatchStats], None]] = field(default_factory=list)
+    #: The served model's name, for metrics and errors.
+    model: str = ""
+    #: Shared with the engines of other models on the same device: their forward passes
+    #: alternate instead of contending.
+    turns: DeviceTurns | None = None
 
     def __post_init__(self) -> None:
         self._queue: deque[_Work[Item]] = deque()
@@ -302,7 +342,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
             return
         started = loop.time()
         try:
-            outputs = await loop.run_in_executor(self._worker, self.run, collated)
+            outputs = await loop.run_in_executor(self._worker, self._run_in_turn, collated)
         except BatchTooLargeError:
             if len(batch) == 1:
                 batch[0].request.fail(
@@ -329,6 +369,12 @@ class BatchEngine(Generic[Item, Collated, Output]):
             if request.remaining == 0 and not request.future.done():
                 request.future.set_result(request.outputs)
 
+    def _run_in_turn(self, collated: Collated) -> Sequence[Output]:
+        if self.turns is None:
+            return self.run(collated)
+        with self.turns:
+            return self.run(collated)
+
     def _fail_batch(self, batch: list[_Work[Item]], exc: Exception, stage: str) -> None:
         log.exception(
             "%s: %s a batch of %d items failed", self.name, stage, len(batch), exc_info=exc
@@ -343,6 +389,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
         tokens = sum(work.length for work in batch)
         stats = BatchStats(
             engine=self.name,
+            model=self.model,
             items=len(batch),
             requests=len({id(work.request) for work in batch}),
             tokens=tokens,

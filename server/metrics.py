@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
     from server.batching import BatchEngine, BatchStats
 
-_ENGINE = ["engine"]
+#: Each engine is one role ("embed", "rerank") of one served model.
+_ENGINE = ["engine", "model"]
 
 BATCH_ITEMS = Histogram(
     "ragrank_batch_items",
@@ -77,7 +78,7 @@ ERRORS = Counter(
 
 
 def observe(stats: BatchStats) -> None:
-    labels = {"engine": stats.engine}
+    labels = {"engine": stats.engine, "model": stats.model}
     BATCH_ITEMS.labels(**labels).observe(stats.items)
     BATCH_REQUESTS.labels(**labels).observe(stats.requests)
     BATCH_TOKENS.labels(**labels).observe(stats.padded_tokens)
@@ -88,7 +89,9 @@ def observe(stats: BatchStats) -> None:
 def instrument(engine: BatchEngine[Any, Any, Any]) -> None:
     """Report `engine`'s batches and queue depth."""
     engine.on_batch.append(observe)
-    QUEUE_DEPTH.labels(engine=engine.name).set_function(lambda: engine.queue_depth)
+    QUEUE_DEPTH.labels(engine=engine.name, model=engine.model).set_function(
+        lambda: engine.queue_depth
+    )
 
 
 def instrument_jobs(states: Callable[[], Mapping[str, int]]) -> None:

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,13 +25,14 @@ from ragrank.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
+from ragrank.memory import ModelSize, available_bytes, check_fits, weights_bytes
 from ragrank.protocols import Embedder, Scorer, relevance
-from ragrank.settings import Settings, env_name
+from ragrank.settings import ANY_NAME, Settings, env_name
 from ragrank.sparse import SparseEncoder, SparseQuery, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
 from ragrank.store.maintenance import indexed_sparse_encoder
 from ragrank.tokens import WindowPlan
-from server.batching import BatchEngine, EngineLimits
+from server.batching import BatchEngine, DeviceTurns, EngineLimits
 from server.metrics import RERANK_FALLBACKS
 
 if TYPE_CHECKING:
@@ -60,23 +61,96 @@ Vector = NDArray[np.float32]
 SERVER_STORE_THREADS = 8
 
 
+_Model = TypeVar("_Model")
+EmbedEngine = BatchEngine["ModelInput", Any, Vector]
+ScoreEngine = BatchEngine["ModelInput", Any, float]
+
+
+@dataclass(frozen=True)
+class Served(Generic[_Model]):
+    """A loaded model with the names a request's `model` picks it by."""
+
+    names: tuple[str, ...]
+    model: _Model
+
+    @property
+    def name(self) -> str:
+        """Its first name: what `/v1/models`, `/ready` and the metrics call it."""
+        return next(n for n in (*self.names, "") if n != ANY_NAME) or self.names[0]
+
+
+def pick(served: Sequence[Served[_Model]], name: str | None, role: str) -> Served[_Model]:
+    """The served model a request names (absent: the default, the first); a 400 listing the
+    served ones for a name none answers to, unless one of them takes any name (`*`)."""
+    if name is None:
+        return served[0]
+    for candidate in served:
+        if name in candidate.names:
+            return candidate
+    for candidate in served:
+        if ANY_NAME in candidate.names:
+            return candidate
+    listed = "; ".join(" | ".join(s.names) for s in served)
+    raise InvalidRequestError(
+        f"model: {name!r} is not served here; the {role} models are: {listed} (see /v1/models)",
+        field="model",
+    )
+
+
 @dataclass(frozen=True)
 class Services:
     """What the server needs from the core, built once and handed to `create_app`."""
 
+    #: The default embedder: it indexes the collection and embeds every search.
     embedder: Embedder
+    #: The default reranker: what a request that names no model gets.
     scorer: Scorer
     store: Store
     #: Makes BM25 vectors; None when the collection holds dense vectors only.
     sparse: SparseEncoder | None = None
+    #: Every served reranker, the default first; empty means `scorer` alone, by its model id.
+    rerankers: tuple[Served[Scorer], ...] = ()
+    #: Every served embedder, the default first; empty means `embedder` alone.
+    embedders: tuple[Served[Embedder], ...] = ()
+
+    def __post_init__(self) -> None:
+        # A default alone is served by its model id; `dataclasses.replace` of the default
+        # (as tests swap a model) serves the new one alone.
+        for field, default in (("rerankers", self.scorer), ("embedders", self.embedder)):
+            served: tuple[Served[Any], ...] = getattr(self, field)
+            alone = len(served) == 1 and served[0].names == (served[0].model.model_id,)
+            if not served or (alone and served[0].model is not default):
+                object.__setattr__(self, field, (Served((default.model_id,), default),))
+            elif served[0].model is not default:
+                raise ValueError(f"the first of {field} must be the default model")
 
     @classmethod
     def load(cls, settings: Settings) -> Services:
-        """Load both models and open the store; the collection is created if missing."""
+        """Check that the served models fit the device, load them, and open the store; the
+        collection is created if missing."""
         from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 
-        embedder = SentenceTransformerEmbedder.from_settings(settings)
-        scorer = CrossEncoderScorer.from_settings(settings)
+        placement = resolve_placement(settings.device, settings.dtype)
+        dtype = str(placement.dtype).removeprefix("torch.")
+        listed = (*settings.served_embedders, *settings.served_rerankers)
+        check_fits(
+            [ModelSize(s.name, weights_bytes(s.model_id, dtype)) for s in listed],
+            device=placement.device,
+            dtype=dtype,
+            share=settings.model_memory_share,
+            free=available_bytes(placement.device),
+        )
+        embedders = tuple(
+            Served[Embedder](
+                s.names, SentenceTransformerEmbedder.from_settings(settings, s.model_id)
+            )
+            for s in settings.served_embedders
+        )
+        rerankers = tuple(
+            Served[Scorer](s.names, CrossEncoderScorer.from_settings(settings, s.model_id))
+            for s in settings.served_rerankers
+        )
+        embedder = embedders[0].model
         sparse = sparse_encoder(settings)
         store = open_store(settings)
         try:
@@ -89,7 +163,14 @@ class Services:
         except Exception:
             store.close()
             raise
-        return cls(embedder=embedder, scorer=scorer, store=store, sparse=sparse)
+        return cls(
+            embedder=embedder,
+            scorer=rerankers[0].model,
+            store=store,
+            sparse=sparse,
+            rerankers=rerankers,
+            embedders=embedders,
+        )
 
 
 @dataclass(frozen=True)
@@ -108,12 +189,16 @@ class RerankOutcome:
     logits: list[float]
     #: Tokens the cross-encoder read, special tokens included.
     tokens: int
+    #: The reranker that scored them.
+    model: str = ""
 
 
 @dataclass(frozen=True)
 class EmbedOutcome:
     vectors: list[Vector]
     tokens: int
+    #: The embedder that made them.
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -143,7 +228,6 @@ class SearchService:
             settings.rrf_sparse_weight,
             settings.fusion_other_languages,
         )
-        embedder, scorer = services.embedder, services.scorer
         placement = resolve_placement(settings.device, settings.dtype)
 
         def limits(size: int, tokens: int, *, packed: bool) -> EngineLimits:
@@ -158,28 +242,48 @@ class SearchService:
                 packed=packed,
             )
 
-        # One pool for all host work of both models: tokenising, planning, collating.
+        # One pool for all host work of every model: tokenising, planning, collating.
         self.host_pool = ThreadPoolExecutor(
             settings.host_threads, thread_name_prefix="ragrank-host"
         )
-        self.embed_engine: BatchEngine[ModelInput, Any, Vector] = BatchEngine(
-            "embed",
-            collate=embedder.collate,
-            run=lambda batch: list(embedder.forward(batch)),
-            limits=limits(
-                settings.embed_batch_size, settings.embed_batch_tokens, packed=embedder.packed
-            ),
-            pool=self.host_pool,
-        )
-        self.score_engine: BatchEngine[ModelInput, Any, float] = BatchEngine(
-            "rerank",
-            collate=scorer.collate,
-            run=lambda batch: [float(logit) for logit in scorer.forward(batch)],
-            limits=limits(
-                settings.rerank_batch_size, settings.rerank_batch_tokens, packed=scorer.packed
-            ),
-            pool=self.host_pool,
-        )
+        # The rerankers take turns on the device, in the order their batches asked, so that a
+        # model with a long queue never holds it while another's batch waits; so do the
+        # embedders.
+        embed_turns, rerank_turns = DeviceTurns(), DeviceTurns()
+
+        def embed_engine(served: Served[Embedder]) -> EmbedEngine:
+            embedder = served.model
+            return BatchEngine(
+                "embed",
+                collate=embedder.collate,
+                run=lambda batch: list(embedder.forward(batch)),
+                limits=limits(
+                    settings.embed_batch_size, settings.embed_batch_tokens, packed=embedder.packed
+                ),
+                pool=self.host_pool,
+                model=served.name,
+                turns=embed_turns,
+            )
+
+        def score_engine(served: Served[Scorer]) -> ScoreEngine:
+            scorer = served.model
+            return BatchEngine(
+                "rerank",
+                collate=scorer.collate,
+                run=lambda batch: [float(logit) for logit in scorer.forward(batch)],
+                limits=limits(
+                    settings.rerank_batch_size, settings.rerank_batch_tokens, packed=scorer.packed
+                ),
+                pool=self.host_pool,
+                model=served.name,
+                turns=rerank_turns,
+            )
+
+        #: One batching engine per served model, by the model's name.
+        self.embed_engines = {s.name: embed_engine(s) for s in services.embedders}
+        self.score_engines = {s.name: score_engine(s) for s in services.rerankers}
+        self.embed_engine = self.embed_engines[services.embedders[0].name]
+        self.score_engine = self.score_engines[services.rerankers[0].name]
         # A server answers concurrent searches in parallel; the embedded engine holds the
         # interpreter lock for each call, so more than one thread would only contend for it.
         self._store_thread = ThreadPoolExecutor(
@@ -187,20 +291,38 @@ class SearchService:
             thread_name_prefix="ragrank-store",
         )
 
+    @property
+    def engines(self) -> list[BatchEngine[ModelInput, Any, Any]]:
+        return [*self.embed_engines.values(), *self.score_engines.values()]
+
+    def reranker(
+        self, name: str | None
+    ) -> tuple[Served[Scorer], BatchEngine[ModelInput, Any, float]]:
+        """The reranker a request's `model` names, and its engine (a 400 for no served one)."""
+        served = pick(self.services.rerankers, name, "reranking")
+        return served, self.score_engines[served.name]
+
+    def embedder(
+        self, name: str | None
+    ) -> tuple[Served[Embedder], BatchEngine[ModelInput, Any, Vector]]:
+        """The embedder a request's `model` names, and its engine (a 400 for no served one)."""
+        served = pick(self.services.embedders, name, "embedding")
+        return served, self.embed_engines[served.name]
+
     async def __aenter__(self) -> SearchService:
-        self.embed_engine.start()
-        self.score_engine.start()
+        for engine in self.engines:
+            engine.start()
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        await self.embed_engine.stop()
-        await self.score_engine.stop()
+        for engine in self.engines:
+            await engine.stop()
         self.host_pool.shutdown(wait=False, cancel_futures=True)
         self._store_thread.shutdown(wait=True, cancel_futures=True)
 
     @property
     def models_ready(self) -> bool:
-        return self.embed_engine.ready and self.score_engine.ready
+        return all(engine.ready for engine in self.engines)
 
     async def search(
         self,
@@ -217,12 +339,14 @@ class SearchService:
         sparse_weight: float | None = None,
         language: str | None = None,
         highlight: bool = False,
+        model: str | None = None,
     ) -> SearchOutcome:
         """`retrieval`, `fusion`, `rrf_k` and the two weights default to the settings.
         `rerank="auto"` reranks when the reranker can, and otherwise returns first-stage order
         and says why (`rerank_error`) instead of failing the request. `language` names the
         query's language for BM25 (else it is identified); `highlight` lists each hit's words
-        that BM25 matched."""
+        that BM25 matched; `model` names the reranker (the collection's embedder embeds)."""
+        reranker = self.reranker(model)[0].name  # an unknown name is a 400 before any work
         store = self.services.store
         retrieval = retrieval or self._retrieval
         fusing = Fusion(
@@ -254,7 +378,7 @@ class SearchService:
         )
         fetched = time.perf_counter()
         hits = [ScoredHit(c, c.retrieval_score, rank) for rank, c in enumerate(retrieved, 1)]
-        hits, rerank_error = await self._reranked(query, hits, rerank)
+        hits, rerank_error = await self._reranked(query, hits, rerank, reranker)
         hits = hits[:top_k]
         if highlight and analysed is not None:
             hits = await self._highlighted(hits, analysed)
@@ -275,14 +399,15 @@ class SearchService:
         )
 
     async def _reranked(
-        self, query: str, hits: list[ScoredHit], rerank: bool | Literal["auto"]
+        self, query: str, hits: list[ScoredHit], rerank: bool | Literal["auto"], model: str
     ) -> tuple[list[ScoredHit], str | None]:
         """`hits` in the reranker's order, or as they came with the reason when `rerank="auto"`
         and the reranker could not run."""
         rerank_error = None
         if rerank and hits:
             try:
-                reranked = await self.rerank(query, [h.candidate.chunk.passage for h in hits])
+                passages = [h.candidate.chunk.passage for h in hits]
+                reranked = await self.rerank(query, passages, model=model)
             except RERANK_FAILURES as exc:
                 if rerank != "auto":
                     raise
@@ -343,30 +468,35 @@ class SearchService:
         documents: Sequence[str],
         max_tokens_per_doc: int | None = None,
         max_windows_per_doc: int | None = None,
+        *,
+        model: str | None = None,
     ) -> RerankOutcome:
-        """Score each document against the query; a long one is split into windows (its first
-        `max_windows_per_doc` when given) and takes its best window's logit."""
-        scorer = self.services.scorer
-        plan = await self.score_engine.prepare(
-            scorer.plan_windows, query, documents, max_tokens_per_doc
-        )
+        """Score each document against the query with the reranker `model` names (absent: the
+        default); a long one is split into windows (its first `max_windows_per_doc` when
+        given) and takes its best window's logit."""
+        served, engine = self.reranker(model)
+        plan = await engine.prepare(served.model.plan_windows, query, documents, max_tokens_per_doc)
         if max_windows_per_doc is not None:
             plan = _first_windows(plan, max_windows_per_doc)
-        window_logits = await self.score_engine.submit(plan.inputs)
+        window_logits = await engine.submit(plan.inputs)
         best = [-math.inf] * len(documents)
         for owner, logit in zip(plan.owners, window_logits, strict=True):
             best[owner] = max(best[owner], logit)
-        return RerankOutcome(logits=best, tokens=plan.tokens)
+        return RerankOutcome(logits=best, tokens=plan.tokens, model=served.model.model_id)
 
-    async def embed(self, texts: Sequence[str], *, as_queries: bool) -> EmbedOutcome:
-        """Embed texts with the query or passage prefix, counting the tokens embedded."""
-        embedder = self.services.embedder
+    async def embed(
+        self, texts: Sequence[str], *, as_queries: bool, model: str | None = None
+    ) -> EmbedOutcome:
+        """Embed texts with the query or passage prefix of the embedder `model` names (absent:
+        the default), counting the tokens embedded."""
+        served, engine = self.embedder(model)
+        embedder = served.model
         prefix = embedder.query_prefix if as_queries else embedder.passage_prefix
-        inputs = await self.embed_engine.prepare(
-            embedder.encode_texts, [prefix + text for text in texts]
+        inputs = await engine.prepare(embedder.encode_texts, [prefix + text for text in texts])
+        vectors = await engine.submit(inputs)
+        return EmbedOutcome(
+            vectors=vectors, tokens=sum(len(item) for item in inputs), model=embedder.model_id
         )
-        vectors = await self.embed_engine.submit(inputs)
-        return EmbedOutcome(vectors=vectors, tokens=sum(len(item) for item in inputs))
 
     async def store_ready(self) -> bool:
         return await self._in_store_thread(self.services.store.ping)

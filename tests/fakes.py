@@ -140,3 +140,19 @@ class FakeScorer:
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         self.batches.append(list(pairs))
         return np.array([len(passage) / 20.0 - 3.0 for _, passage in pairs], dtype=np.float32)
+
+
+class ShortFirstScorer(FakeScorer):
+    """A second reranker that ranks the other way round: short passages first."""
+
+    model_id = "fake-short-first"
+
+    def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
+        return -super().score_pairs(pairs)
+
+
+class NarrowEmbedder(FakeEmbedder):
+    """A second embedder with vectors of another length."""
+
+    model_id = "fake-narrow-embedder"
+    dimension = 16

@@ -121,12 +121,11 @@ async def run_phase(
 
 def queue_depth(base: str) -> float:
     text = httpx.get(f"{base}/metrics", timeout=10).text
-    depths = [
+    return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith('ragrank_queue_depth{engine="rerank"}')
-    ]
-    return depths[0] if depths else 0.0
+        if line.startswith('ragrank_queue_depth{engine="rerank",')
+    )
 
 
 def _bodies(documents: int) -> list[dict[str, Any]]:

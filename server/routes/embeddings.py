@@ -187,9 +187,11 @@ class CohereEmbedResponse(Struct, frozen=True, kw_only=True):
     meta: CohereEmbedMeta
 
 
-def _dimensions(search_service: SearchService, field: str, asked: int | None) -> None:
-    """A 400 unless `asked` is absent or the embedder's own vector length."""
-    served = search_service.services.embedder.dimension
+def _dimensions(
+    search_service: SearchService, field: str, asked: int | None, model: str | None
+) -> None:
+    """A 400 unless `asked` is absent or the named embedder's own vector length."""
+    served = search_service.embedder(model)[0].model.dimension
     if asked is not None and asked != served:
         raise InvalidRequestError(
             f"{field}: this server's embedder gives {served}-dimensional vectors, and ragrank "
@@ -209,7 +211,7 @@ async def embeddings(
 ) -> EmbeddingsResponse:
     """OpenAI-shaped embeddings, which Infinity's (`/embeddings`) and Jina's clients call too;
     `input_type` or Jina's `task` picks the query or passage prefix."""
-    _dimensions(search_service, "dimensions", data.dimensions)
+    _dimensions(search_service, "dimensions", data.dimensions, data.model)
     if not data.normalized:
         raise InvalidRequestError(
             "normalized: ragrank's vectors are always unit length; leave normalized out or "
@@ -224,7 +226,7 @@ async def embeddings(
     encoding = data.embedding_type or data.encoding_format
     texts = [data.input] if isinstance(data.input, str) else data.input
     outcome = await unless_disconnected(
-        request, search_service.embed(texts, as_queries=role == "query")
+        request, search_service.embed(texts, as_queries=role == "query", model=data.model)
     )
     return EmbeddingsResponse(
         data=[
@@ -238,7 +240,7 @@ async def embeddings(
             )
             for index, vector in enumerate(outcome.vectors)
         ],
-        model=search_service.services.embedder.model_id,
+        model=outcome.model,
         usage=EmbeddingsUsage(prompt_tokens=outcome.tokens, total_tokens=outcome.tokens),
     )
 
@@ -250,10 +252,11 @@ async def embed_tei(
     """text-embeddings-inference-shaped embeddings, at `/embed` and at `/`, where Hugging
     Face's client posts when pointed at a TEI URL; `prompt_name: query` gives the query
     prefix."""
-    _dimensions(search_service, "dimensions", data.dimensions)
+    _dimensions(search_service, "dimensions", data.dimensions, data.model)
     texts = [data.inputs] if isinstance(data.inputs, str) else data.inputs
+    as_queries = data.prompt_name == "query"
     outcome = await unless_disconnected(
-        request, search_service.embed(texts, as_queries=data.prompt_name == "query")
+        request, search_service.embed(texts, as_queries=as_queries, model=data.model)
     )
     return [vector.tolist() for vector in outcome.vectors]
 
@@ -266,10 +269,10 @@ async def embed_cohere(
 ) -> CohereEmbedResponse:
     """Cohere-shaped embeddings, v1 and v2: `search_document` (or no `input_type`) embeds
     passages, the other input types queries."""
-    _dimensions(search_service, "output_dimension", data.output_dimension)
+    _dimensions(search_service, "output_dimension", data.output_dimension, data.model)
     as_queries = data.input_type not in (None, "search_document")
     outcome = await unless_disconnected(
-        request, search_service.embed(data.texts, as_queries=as_queries)
+        request, search_service.embed(data.texts, as_queries=as_queries, model=data.model)
     )
     vectors = [vector.tolist() for vector in outcome.vectors]
     version = "2" if request.url.path.startswith("/v2/") else "1"

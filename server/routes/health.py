@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Response, get
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 from server.auth import PUBLIC
 from server.services import SearchService
@@ -19,9 +21,15 @@ class Readiness(Struct, frozen=True, kw_only=True):
     ready: bool
     store: bool
     models: bool
-    embed_model: str
-    rerank_model: str
+    embed_model: Annotated[str, Meta(description="The default embedder: it indexes and searches.")]
+    rerank_model: Annotated[str, Meta(description="The default reranker.")]
     collection: str
+    embed_models: Annotated[
+        list[str], Meta(description="Every served embedder's name, the default first.")
+    ]
+    rerank_models: Annotated[
+        list[str], Meta(description="Every served reranker's name, the default first.")
+    ]
 
 
 @get("/health", tags=["operations"], opt={PUBLIC: True})
@@ -37,7 +45,7 @@ async def health() -> Health:
     responses={503: ResponseSpec(Readiness, description="Not ready: what is missing.")},
 )
 async def ready(search_service: SearchService) -> Response[Readiness]:
-    """Readiness: both batching engines running and Qdrant reachable with the collection in
+    """Readiness: every model's batching engine running and Qdrant reachable with the collection in
     place; else 503."""
     services = search_service.services
     store_ok = await search_service.store_ready()
@@ -49,6 +57,8 @@ async def ready(search_service: SearchService) -> Response[Readiness]:
         embed_model=services.embedder.model_id,
         rerank_model=services.scorer.model_id,
         collection=services.store.collection,
+        embed_models=[served.name for served in services.embedders],
+        rerank_models=[served.name for served in services.rerankers],
     )
     return Response(body, status_code=HTTP_200_OK if body.ready else HTTP_503_SERVICE_UNAVAILABLE)
 

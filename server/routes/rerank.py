@@ -178,16 +178,17 @@ async def _ranked(
     raw_scores: bool,
     max_tokens_per_doc: int | None = None,
     max_windows_per_doc: int | None = None,
-) -> tuple[list[tuple[int, float]], int]:
-    """(document index, score) best first, and the tokens the reranker read."""
+    model: str | None = None,
+) -> tuple[list[tuple[int, float]], int, str]:
+    """(document index, score) best first, the tokens the reranker read, and its model."""
     outcome = await unless_disconnected(
         request,
-        search_service.rerank(query, texts, max_tokens_per_doc, max_windows_per_doc),
+        search_service.rerank(query, texts, max_tokens_per_doc, max_windows_per_doc, model=model),
     )
     logits = np.asarray(outcome.logits, dtype=np.float32)
     scores = logits.astype(np.float64) if raw_scores else relevance(logits)
     order = np.argsort(-scores, kind="stable")
-    return [(int(i), float(scores[i])) for i in order], outcome.tokens
+    return [(int(i), float(scores[i])) for i in order], outcome.tokens, outcome.model
 
 
 @post(
@@ -198,7 +199,7 @@ async def rerank(
 ) -> RerankResponse:
     """Cohere-shaped reranking, v1 and v2, which Jina's clients call too."""
     texts = [d if isinstance(d, str) else d.text for d in data.documents]
-    ranked, tokens = await _ranked(
+    ranked, tokens, model = await _ranked(
         request,
         search_service,
         data.query,
@@ -206,9 +207,10 @@ async def rerank(
         raw_scores=data.raw_scores,
         max_tokens_per_doc=data.max_tokens_per_doc,
         max_windows_per_doc=data.max_chunks_per_doc,
+        model=data.model,
     )
     return RerankResponse(
-        model=search_service.services.scorer.model_id,
+        model=model,
         usage=Usage(prompt_tokens=tokens, total_tokens=tokens),
         id=str(uuid.uuid4()),
         results=[
@@ -239,15 +241,15 @@ async def rerank_tei(
             field="texts",
         )
     texts = data.texts or data.documents
-    ranked, tokens = await _ranked(
-        request, search_service, data.query, texts, raw_scores=data.raw_scores
+    ranked, tokens, model = await _ranked(
+        request, search_service, data.query, texts, raw_scores=data.raw_scores, model=data.model
     )
     best = ranked[: data.top_n]
     if not data.texts:
         return InfinityRerankResponse(
             id=str(uuid.uuid4()),
             created=int(time.time()),
-            model=search_service.services.scorer.model_id,
+            model=model,
             results=[
                 InfinityRank(
                     index=index,

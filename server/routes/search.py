@@ -225,6 +225,7 @@ async def search(
             sparse_weight=data.sparse_weight,
             language=language,
             highlight=data.highlight,
+            model=data.model,
         ),
     )
     return SearchResponse(

@@ -24,15 +24,17 @@ NON_BLANK = (
     r"[^\t\n\x0b\x0c\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 )
 
-#: The `model` clients must send (a vendor's model name, a LiteLLM alias). A server serves one
-#: embedder and one reranker, so the name is read and ignored; answers name the model served.
+#: The served model a request picks, by one of its names (RAGRANK_RERANK_MODELS,
+#: RAGRANK_EMBED_MODELS) or its hub id; absent, the default. A name no served model answers to
+#: is a 400 listing them, unless one takes any name (`*`).
 ModelName = (
     Annotated[
         str,
         Meta(
             max_length=256,
-            description="Accepted for client compatibility and ignored: the server always "
-            "uses its configured model, which answers that carry a `model` name.",
+            description="The served model to use, by a name `/v1/models` lists or its hub id; "
+            "absent: the default (the first served). A name the server does not serve is a 400 "
+            "listing the served ones.",
         ),
     ]
     | None

@@ -156,7 +156,11 @@ def test_a_folder_chat_template_that_carries_a_pair_sets_the_prompt(
     scorer = CrossEncoderScorer(str(folder), placement=CPU)
     prompt = scorer.tokens.prompt
     assert prompt is not None and prompt.source == "chat template"
-    assert (prompt.prefix, prompt.middle, prompt.suffix) == ("<|im_start|>user\nQ=", "\nD=", "<|im_end|>")
+    assert (prompt.prefix, prompt.middle, prompt.suffix) == (
+        "<|im_start|>user\nQ=",
+        "\nD=",
+        "<|im_end|>",
+    )
     whole = "<|im_start|>user\nQ=rivers\nD=The Rhine<|im_end|>"
     expected = tokenizer(whole, add_special_tokens=False)["input_ids"]
     assert scorer.tokens.pairs([("rivers", "The Rhine")])[0].ids == expected

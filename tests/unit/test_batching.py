@@ -19,7 +19,7 @@ from ragrank.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from server.batching import BatchEngine, BatchStats, EngineLimits
+from server.batching import BatchEngine, BatchStats, DeviceTurns, EngineLimits
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -387,3 +387,79 @@ async def test_packed_batches_are_budgeted_by_real_tokens_and_report_no_padding(
     assert model.batches[0] == [60, 40]  # padded, 60 and 40 would cost 120
     assert all(s.padded_tokens == s.tokens for s in stats)
     await engine.stop()
+
+
+async def test_two_models_on_one_device_take_turns_and_neither_starves():
+    """A model with five batches queued and another with three, sharing the device: once both
+    wait, their forward passes alternate, so the second model's last batch runs before the
+    first model's backlog is done."""
+    order: list[str] = []
+    running, gate = threading.Event(), threading.Event()
+
+    def runner(name: str):
+        def run(items: Sequence[int]) -> list[int]:
+            if not order:
+                running.set()
+                gate.wait(10)
+            order.append(f"{name}{items[0]}")
+            return [item * 10 for item in items]
+
+        return run
+
+    turns = DeviceTurns()
+    limits = {"max_batch_size": 1, "max_batch_tokens": 10_000, "max_wait_ms": 0.0}
+    limits["policy"] = "arrival"
+    engines = {
+        name: BatchEngine(
+            "rerank",
+            collate=list,
+            run=runner(name),
+            length=int,
+            limits=EngineLimits(**limits),  # type: ignore[arg-type]
+            model=name,
+            turns=turns,
+        )
+        for name in ("a", "b")
+    }
+    for engine in engines.values():
+        engine.start()
+    first = [asyncio.ensure_future(engines["a"].submit([i])) for i in range(1, 6)]
+    await asyncio.to_thread(running.wait, 10)
+    second = [asyncio.ensure_future(engines["b"].submit([i])) for i in range(1, 4)]
+    for _ in range(500):  # until b's first batch waits for its turn
+        if turns.waiting:
+            break
+        await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(*first, *second)
+    # b's waiting batch runs right after the one that held the device, not after a's backlog;
+    # then the two hand over (which asks first depends on the threads) until b has run out.
+    assert order[:2] == ["a1", "b1"]
+    assert order.index("b3") < order.index("a5")
+    assert sorted(order) == ["a1", "a2", "a3", "a4", "a5", "b1", "b2", "b3"]
+    for engine in engines.values():
+        await engine.stop()
+
+
+def test_device_turns_hand_over_in_the_order_they_were_asked_for():
+    turns = DeviceTurns()
+    order: list[int] = []
+    turns.__enter__()
+
+    def wait_for_turn(index: int) -> None:
+        time.sleep(0.05 * index)  # ask in index order
+        with turns:
+            order.append(index)
+
+    threads = [threading.Thread(target=wait_for_turn, args=(i,)) for i in range(1, 4)]
+    for thread in threads:
+        thread.start()
+    for _ in range(500):
+        if turns.waiting == 3:
+            break
+        time.sleep(0.01)
+    assert order == []  # nobody runs while the device is held
+    turns.__exit__(None, None, None)
+    for thread in threads:
+        thread.join(5)
+    assert order == [1, 2, 3]

@@ -20,7 +20,7 @@ async def test_openai_shape_with_usage_and_prefix_by_input_type(client):
     response = await client.post(
         "/v1/embeddings",
         json={
-            "model": "text-embedding-3-small",
+            "model": "fake-embedder",
             "input": ["rivers and seas", "coffee"],
         },
     )
@@ -70,11 +70,13 @@ async def test_bad_requests_name_the_field(client, body, field, fragment):
 
 
 async def test_infinity_and_jina_call_the_same_route(client):
-    infinity = await client.post("/embeddings", json={"input": ["rivers"], "model": "e5"})
+    infinity = await client.post(
+        "/embeddings", json={"input": ["rivers"], "model": "fake-embedder"}
+    )
     assert infinity.status_code == 200 and len(infinity.json()["data"]) == 1
     assert client.embedder.seen[-1] == "passage: rivers"
     for task, prefix in [("retrieval.query", "query: "), ("retrieval.passage", "passage: ")]:
-        body = {"model": "jina-embeddings-v3", "input": ["seas"], "task": task}
+        body = {"model": "fake-embedder", "input": ["seas"], "task": task}
         assert (await client.post("/v1/embeddings", json=body)).status_code == 200
         assert client.embedder.seen[-1] == prefix + "seas"
     packed = await client.post("/v1/embeddings", json={"input": "seas", "embedding_type": "base64"})
@@ -115,7 +117,7 @@ async def test_tei_shape_answers_a_list_of_vectors(client, path):
 
 
 async def test_cohere_shape_v1_floats_or_by_type_and_v2_by_type(client):
-    body = {"texts": ["rivers"], "model": "embed-v4.0", "input_type": "search_query"}
+    body = {"texts": ["rivers"], "model": "fake-embedder", "input_type": "search_query"}
     v1 = (await client.post("/v1/embed", json=body)).json()
     assert v1["response_type"] == "embeddings_floats" and v1["texts"] == ["rivers"]
     assert len(v1["embeddings"][0]) == FakeEmbedder.dimension

@@ -32,14 +32,15 @@ def scrape(base: str) -> dict[str, float]:
     text = httpx.get(f"{base}/metrics", timeout=30).text
     for line in text.splitlines():
         for prefix, name in (
-            ('ragrank_queue_depth{engine="embed"}', "embed_queue"),
-            ('ragrank_queue_depth{engine="rerank"}', "rerank_queue"),
+            ('ragrank_queue_depth{engine="embed",', "embed_queue"),
+            ('ragrank_queue_depth{engine="rerank",', "rerank_queue"),
             ('ragrank_jobs{state="queued"}', "jobs_queued"),
             ('ragrank_jobs{state="running"}', "jobs_running"),
             ('ragrank_jobs{state="done"}', "jobs_done"),
         ):
             if line.startswith(prefix):
-                found[name] = float(line.rsplit(" ", 1)[1])
+                # A queue per served model: the role's depth is their sum.
+                found[name] = found.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return found
 
 

@@ -1,0 +1,63 @@
+"""The served models: `GET /v1/models`, OpenAI-shaped, which clients read to list what a
+request's `model` may name."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from litestar import get
+from msgspec import Meta, Struct
+
+from server.routes.shared import error_responses
+from server.services import SearchService, Served
+
+#: When this process started serving: OpenAI's `created`, the same for every model.
+_STARTED = int(time.time())
+
+
+class ModelCard(Struct, frozen=True, kw_only=True):
+    """One served model, as OpenAI lists a model, with what ragrank adds."""
+
+    id: Annotated[str, Meta(description="The name requests pick it by (its first name).")]
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "ragrank"
+    type: Annotated[Literal["embedding", "rerank"], Meta(description="Its role.")]
+    model: Annotated[str, Meta(description="The hub id or folder it was loaded from.")]
+    names: Annotated[
+        list[str], Meta(description="Every name that picks it; `*` takes any name not served.")
+    ]
+    default: Annotated[bool, Meta(description="Whether a request that names no model gets it.")]
+
+
+class ModelList(Struct, frozen=True, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+@get("/v1/models", tags=["operations"], responses=error_responses(401, 500))
+async def models(search_service: SearchService) -> ModelList:
+    """Every served model: the embedders, then the rerankers, each role's default first."""
+    services = search_service.services
+
+    def card(served: Served[Any], role: Literal["embedding", "rerank"], position: int) -> ModelCard:
+        return ModelCard(
+            id=served.name,
+            created=_STARTED,
+            type=role,
+            model=served.model.model_id,
+            names=list(served.names),
+            default=position == 0,
+        )
+
+    return ModelList(
+        data=[
+            *(card(s, "embedding", i) for i, s in enumerate(services.embedders)),
+            *(card(s, "rerank", i) for i, s in enumerate(services.rerankers)),
+        ]
+    )
+
+
+#: The handlers this module adds to the app.
+ROUTES = [models]
