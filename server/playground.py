@@ -45,6 +45,13 @@ LabelledText = Annotated[str, Parameter(max_length=LIMIT_CEILINGS["max_query_cha
 MAX_EXAMPLES = 100
 
 
+class ServedReranker(Struct, frozen=True, kw_only=True):
+    """A reranker the picker offers: the name a search sends, and what it loaded."""
+
+    name: str
+    model: str
+
+
 class PlaygroundConfig(Struct, frozen=True, kw_only=True):
     """What the page needs to know before the first search."""
 
@@ -56,6 +63,8 @@ class PlaygroundConfig(Struct, frozen=True, kw_only=True):
     labels: str | None
     embed_model: str
     rerank_model: str
+    #: Every served reranker, the default first: the page's picker.
+    rerank_models: list[ServedReranker]
     collection: str
     version: str
 
@@ -118,6 +127,9 @@ def playground_router(settings: Settings, *, api_keys: bool) -> Router:
             labels=labels.name if labels else None,
             embed_model=services.embedder.model_id,
             rerank_model=services.scorer.model_id,
+            rerank_models=[
+                ServedReranker(name=s.name, model=s.model.model_id) for s in services.rerankers
+            ],
             collection=services.store.collection,
             version=__version__,
         )

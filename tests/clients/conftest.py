@@ -120,12 +120,20 @@ def expects_a_vendor_host() -> Network:
     return NETWORK
 
 
+#: The name of the matrix server's second reranker, which one cell picks by `model`.
+SECOND_RERANKER = "wide"
+
+
 @contextmanager
-def serve(folder: Path, embedder: Path, reranker: Path, *, keys: str) -> Iterator[str]:
-    """A real `ragrank serve` (embedded store, tiny models) with these API keys: its URL."""
+def serve(
+    folder: Path, embedder: Path, rerankers: tuple[Path, Path], *, keys: str
+) -> Iterator[str]:
+    """A real `ragrank serve` (embedded store, tiny models) with these API keys: its URL. The
+    frameworks send their vendors' model names, so the defaults take any name (`*`); the
+    second reranker answers to its own."""
     env = {
-        "RAGRANK_EMBED_MODEL": str(embedder),
-        "RAGRANK_RERANK_MODEL": str(reranker),
+        "RAGRANK_EMBED_MODELS": f"e5|*={embedder}",
+        "RAGRANK_RERANK_MODELS": f"bge|*={rerankers[0]},{SECOND_RERANKER}={rerankers[1]}",
         "RAGRANK_QDRANT_PATH": str(folder / "qdrant"),
         "RAGRANK_JOBS_PATH": str(folder / "jobs.sqlite3"),
         "RAGRANK_DEVICE": "cpu",
@@ -151,13 +159,27 @@ def spread_reranker_path(model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def second_reranker_path(model_dir: Path) -> Path:
+    """A second tiny reranker, one layer and initialised wide: its order is its own."""
+    folder = model_dir / "wide-one-layer-reranker"
+    tokenizer = build_tokenizer(folder.with_name(folder.name + "-tok"))
+    config = tiny_config(tokenizer, layers=1)
+    config.initializer_range = 1.0
+    return save_random_model("reranker", config, tokenizer, folder)
+
+
+@pytest.fixture(scope="session")
 def servers(
-    tmp_path_factory: pytest.TempPathFactory, tiny_embedder_path: Path, spread_reranker_path: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_embedder_path: Path,
+    spread_reranker_path: Path,
+    second_reranker_path: Path,
 ) -> Iterator[dict[str, str]]:
     """Two servers, started side by side (each spends seconds importing and loading): `keyed`,
     with one API key, which every cell calls; `keyless`, for the client that sends no key."""
+    rerankers = (spread_reranker_path, second_reranker_path)
     managers = {
-        name: serve(tmp_path_factory.mktemp(name), tiny_embedder_path, spread_reranker_path, keys=k)
+        name: serve(tmp_path_factory.mktemp(name), tiny_embedder_path, rerankers, keys=k)
         for name, k in (("keyed", KEY), ("keyless", ""))
     }
     with ExitStack() as stack:

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
-from tests.clients.conftest import KEY, MAX_DOCUMENT_CHARS, MAX_QUERY_CHARS, Network
+from tests.clients.conftest import (
+    KEY,
+    MAX_DOCUMENT_CHARS,
+    MAX_QUERY_CHARS,
+    SECOND_RERANKER,
+    Network,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -176,6 +182,26 @@ def test_litellm_reranks(
     with pytest.raises(litellm.BadRequestError, match=QUERY_LIMIT):
         _litellm_rerank(model, ragrank + path, query=LONG_QUERY)
     _only_huggingface_pricing(provider, expects_a_vendor_host)
+
+
+@cell(
+    "LiteLLM",
+    "Cohere v2",
+    "rerank, a second model by name",
+    note='`model="cohere/wide"` picks the server\'s reranker named `wide` '
+    "(`RAGRANK_RERANK_MODELS`)",
+)
+def test_litellm_picks_a_second_reranker_by_name(
+    ragrank: str, http: httpx.Client, truth: dict[str, float]
+):
+    answer = http.post(
+        "/v1/rerank", json={"query": QUERY, "documents": DOCS, "model": SECOND_RERANKER}
+    )
+    assert answer.status_code == 200, answer.text
+    second = {DOCS[r["index"]]: r["relevance_score"] for r in answer.json()["results"]}
+    assert second != pytest.approx(truth, abs=1e-3), "the second reranker scores its own way"
+    picked = _litellm_rerank(f"cohere/{SECOND_RERANKER}", ragrank)
+    assert_ranked([(DOCS[r["index"]], r["relevance_score"]) for r in picked.results], second)
 
 
 def _only_huggingface_pricing(provider: str, network: Network) -> None:

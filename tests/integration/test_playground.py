@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from eval.metrics import score_run
+from eval.random_models import save_random_model
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
@@ -70,15 +71,28 @@ def _browser_or_skip() -> None:
 
 
 @pytest.fixture(scope="module")
+def second_reranker(tmp_path_factory: pytest.TempPathFactory, tiny_reranker_path: Path) -> Path:
+    """Another tiny random reranker, initialised wide, so that its order is its own."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(str(tiny_reranker_path))
+    config.initializer_range = 1.0
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_reranker_path))
+    folder = tmp_path_factory.mktemp("second") / "wide-reranker"
+    return save_random_model("reranker", config, tokenizer, folder)
+
+
+@pytest.fixture(scope="module")
 def served(
     tmp_path_factory: pytest.TempPathFactory,
     tiny_embedder_path: Path,
     tiny_reranker_path: Path,
+    second_reranker: Path,
     embedder: SentenceTransformerEmbedder,
 ) -> Iterator[str]:
     """`ragrank serve` on the bundled sample (indexed by the indexer, in this process, which
-    saves a second process's start), with API keys and the sample's labels, and one hostile
-    document added through its API."""
+    saves a second process's start), with two rerankers, API keys and the sample's labels, and
+    one hostile document added through its API."""
     _browser_or_skip()
     settings = tiny_settings(
         tmp_path_factory.mktemp("playground"), tiny_embedder_path, tiny_reranker_path
@@ -96,6 +110,7 @@ def served(
     ]
     env = {"RAGRANK_JOBS_PATH": str(settings.jobs_path)}
     env |= {"RAGRANK_API_KEYS": KEY, "RAGRANK_LABELS": str(SAMPLE_DATASET)}
+    env |= {"RAGRANK_RERANK_MODELS": f"bge={tiny_reranker_path},wide={second_reranker}"}
     # The tiny dense model's judgement is random: keep it from lifting other languages'
     # passages over the lexical matches these tests look for.
     env |= {"RAGRANK_FUSION_OTHER_LANGUAGES": "0"}
@@ -217,6 +232,20 @@ def test_both_columns_show_what_the_api_returns_with_labels_and_moves(page: Page
     # The key lives in the tab's session only.
     assert page.evaluate("sessionStorage.getItem('ragrank-api-key')") == KEY
     assert page.evaluate("localStorage.length") == 0
+
+
+def test_the_picker_reranks_with_the_chosen_model(page: Page, served: str):
+    assert page.is_visible("#model-field"), "two rerankers are served: the page offers both"
+    options = page.eval_on_selector_all("#model option", "l => l.map(e => e.value)")
+    assert options == ["bge", "wide"]
+    query = "Why are leaves green?"
+    page.select_option("#model", "wide")
+    assert _search(page, query, top_k="8", candidates="40") == "done"
+    wide = _api(served, query=query, top_k=8, candidates=40, model="wide")
+    default = _api(served, query=query, top_k=8, candidates=40)
+    assert _keys(page, "reranked") == _hit_keys(wide)
+    assert _hit_keys(wide) != _hit_keys(default), "the two random rerankers order differently"
+    assert page.text_content("#reranked-name") == "(wide-reranker)"
 
 
 def test_marks_are_the_whole_words_whose_stems_bm25_matched(page: Page, served: str):

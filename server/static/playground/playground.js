@@ -6,7 +6,7 @@
 const KEY_STORAGE = "ragrank-api-key"; // sessionStorage: the key lives as long as the tab
 const NDCG_AT = 10;
 const STAGES = ["embed", "sparse", "retrieve", "rerank"];
-const FIELDS = ["query", "top_k", "candidates", "retrieval", "filter"];
+const FIELDS = ["query", "top_k", "candidates", "retrieval", "model", "filter"];
 const $ = (id) => document.getElementById(id);
 
 const state = { config: null, lastKey: null };
@@ -145,6 +145,7 @@ function requestBody() {
     if (value !== undefined) body[id] = value;
   }
   if ($("retrieval").value) body.retrieval = $("retrieval").value;
+  if ($("model").value) body.model = $("model").value;
   const filter = parseFilter($("filter").value);
   if (filter !== undefined) body.filter = filter;
   return body;
@@ -203,6 +204,13 @@ const hitKey = (hit) => `${hit.doc_id}#${hit.chunk}`;
 
 // A hub id as it is; a local model folder by its last name (the full path is long and says
 // more about the server's disk than about the model).
+// The reranker the picker names, as its hub id or folder name.
+function rerankerName() {
+  if (!state.config) return "cross-encoder";
+  const picked = state.config.rerank_models.find((m) => m.name === $("model").value);
+  return modelName(picked ? picked.model : state.config.rerank_model);
+}
+
 function modelName(id) {
   return /^[./~]/.test(id) ? id.replace(/\/+$/, "").split("/").pop() : id;
 }
@@ -266,7 +274,7 @@ function renderColumns(first, reranked, query, relevant) {
   if (!first.results.length) firstList.append(element("li", "empty", "No results."));
   if (!reranked.results.length) rerankedList.append(element("li", "empty", "No results."));
   $("first-name").textContent = `(${first.retrieval})`;
-  $("reranked-name").textContent = reranked.reranked ? `(${state.config ? modelName(state.config.rerank_model) : "cross-encoder"})` : "(not reranked)";
+  $("reranked-name").textContent = reranked.reranked ? `(${rerankerName()})` : "(not reranked)";
   $("results").hidden = false;
   drawMoves();
 }
@@ -446,6 +454,15 @@ async function start() {
     option.selected = mode === config.retrieval;
     retrieval.append(option);
   }
+  // The picker, where the server serves more than one reranker; the first is the default.
+  const picker = $("model");
+  config.rerank_models.forEach((served, i) => {
+    const label = `${served.name}${served.name === modelName(served.model) ? "" : ` (${modelName(served.model)})`}`;
+    const option = element("option", "", i === 0 ? `${label}, default` : label);
+    option.value = served.name;
+    picker.append(option);
+  });
+  $("model-field").hidden = config.rerank_models.length < 2;
   document.body.dataset.state = "ready";
   loadExamples();
   $("query").focus();
