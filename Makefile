@@ -68,10 +68,11 @@ serve: setup ## serve the API with the configured models and store
 bench: setup ## load benchmark: /v1/rerank vs the model-only ceiling, other batching, Infinity
 	$(BIN)/ragrank bench $(BENCH_ARGS)
 
-bench-host: setup ## host path: /v1/rerank with a zero-layer model vs the tokenizer alone on one core
+bench-host: setup ## host path: /v1/rerank with a zero-layer model vs the tokenizer alone on one core; pairs/s of each reranker family
 	$(BIN)/ragrank bench --host-only $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.families $(FAMILIES_ARGS)
 
-bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model, % of bf16 peak
+bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model, % of bf16 peak, each reranker family
 	$(BIN)/python -m eval.bench.gpu $(BENCH_ARGS)
 
 gpu-check: setup ## everything a GPU must show, one run (< 8 min): gpu tests, bench-gpu, load, exact search (GPU_CHECK_ARGS="--tiny" on a CPU)

@@ -204,13 +204,14 @@ def byte_level_tokenizer(folder: Path) -> Any:
     return tokenizer
 
 
-def tiny_modernbert_config(tokenizer: Any, *, pooling: str = "cls") -> Any:
+def tiny_modernbert_config(tokenizer: Any, *, pooling: str = "cls", **shape: Any) -> Any:
     """ModernBERT made tiny: three layers, the first global and two local with an 8-token
-    window, so that sliding-window attention is exercised on short texts."""
+    window, so that sliding-window attention is exercised on short texts (`shape` overrides
+    any field, e.g. a real checkpoint's)."""
     from transformers import ModernBertConfig
 
     config: Any = ModernBertConfig  # transformers' constructors are untyped
-    return config(
+    fields = dict(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
@@ -227,15 +228,16 @@ def tiny_modernbert_config(tokenizer: Any, *, pooling: str = "cls") -> Any:
         classifier_pooling=pooling,
         num_labels=1,
     )
+    return config(**{**fields, **shape})
 
 
-def tiny_qwen3_config(tokenizer: Any) -> Any:
+def tiny_qwen3_config(tokenizer: Any, **shape: Any) -> Any:
     """Qwen3 made tiny, with grouped-query attention (four query heads, two key heads) and
-    tied embeddings as Qwen3-Reranker-0.6B has them."""
+    tied embeddings as Qwen3-Reranker-0.6B has them (`shape` overrides any field)."""
     from transformers import Qwen3Config
 
     config: Any = Qwen3Config  # transformers' constructors are untyped
-    return config(
+    fields = dict(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
@@ -249,6 +251,7 @@ def tiny_qwen3_config(tokenizer: Any) -> Any:
         eos_token_id=tokenizer.eos_token_id,
         num_labels=1,
     )
+    return config(**{**fields, **shape})
 
 
 def save_family_model(family: TinyFamily, config: Any, tokenizer: Any, out: Path) -> Path:

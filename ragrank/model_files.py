@@ -14,6 +14,17 @@ from ragrank.settings import Settings, env_name
 ROLES = (("embedding", "embed_model"), ("reranking", "rerank_model"))
 
 
+def configured(settings: Settings) -> list[tuple[str, str, str]]:
+    """(role, settings field, model id) of every served model, the defaults first."""
+    served = {"embed_model": settings.served_embedders, "rerank_model": settings.served_rerankers}
+    listed = {"embed_model": "embed_models", "rerank_model": "rerank_models"}
+    models = []
+    for role, field in ROLES:
+        for position, model in enumerate(served[field]):
+            models.append((role, field if position == 0 else listed[field], model.model_id))
+    return models
+
+
 @dataclass(frozen=True)
 class ModelStatus:
     """What `check` found for one configured model."""
@@ -33,8 +44,7 @@ def pull(settings: Settings) -> list[tuple[str, str, str]]:
     from huggingface_hub import snapshot_download
 
     pulled = []
-    for role, field in ROLES:
-        model_id = getattr(settings, field)
+    for role, field, model_id in configured(settings):
         if (local := local_model_folder(model_id)) is not None:
             pulled.append((role, model_id, f"local folder {local.resolve()}, nothing to pull"))
             continue
@@ -65,8 +75,7 @@ def source(model_id: str) -> str:
 def check(settings: Settings) -> list[ModelStatus]:
     """Load every configured model through the code the server uses and report on it."""
     statuses = []
-    for role, field in ROLES:
-        model_id = getattr(settings, field)
+    for role, field, model_id in configured(settings):
         common = {
             "role": role,
             "model_id": model_id,
@@ -74,11 +83,12 @@ def check(settings: Settings) -> list[ModelStatus]:
             "source": source(model_id),
         }
         try:
-            if field == "embed_model":
-                embedder = SentenceTransformerEmbedder.from_settings(settings)
+            if role == "embedding":
+                embedder = SentenceTransformerEmbedder.from_settings(settings, model_id)
                 dimension, max_length = embedder.dimension, embedder.max_length
             else:
-                dimension, max_length = None, CrossEncoderScorer.from_settings(settings).max_length
+                scorer = CrossEncoderScorer.from_settings(settings, model_id)
+                dimension, max_length = None, scorer.max_length
         except ModelLoadError as exc:
             statuses.append(ModelStatus(**common, loads=False, error=str(exc)))
             continue

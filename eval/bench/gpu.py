@@ -12,7 +12,9 @@ then reports in one run:
   alone at the same lengths;
 * embedder passages/s (SciFact abstracts), packed vs padded;
 * how often the packed bf16 top-10 of a query equals the fp32 padded top-10, on a reranker of
-  the same shape whose logits are spread wide enough for rank agreement to mean something.
+  the same shape whose logits are spread wide enough for rank agreement to mean something;
+* pairs/s of one reranker of each family (MiniLM-L6, bge-reranker-v2-m3, ModernBERT-base and
+  Qwen3-Reranker-0.6B shapes) on the same SciFact pairs (`eval.bench.families`).
 
 Random weights: the figures are speed and numerics only, never relevance. `--tiny` swaps in
 two-layer models of the same families so the whole run can be checked on a CPU.
@@ -35,6 +37,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from eval.bench.families import build_family_models, family_rates, print_rates
 from eval.bench.harness import (
     RunResult,
     Workload,
@@ -226,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "spread": _agreement(models.spread, placement, data, args.queries),
             "default_init": _agreement(models.reranker, placement, data, args.queries),
         }
+        families = build_family_models((args.models or Path(scratch)) / "families", tiny=args.tiny)
+        report["families"] = family_rates(
+            families, placement, scifact_requests(data, min(args.queries, 10), 100)
+        )
     _print(report)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -412,6 +419,7 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['over_model_only']:.2f} x model only"
         )
     console.print(f"embedder passages/s: {report['embedder']}")
+    print_rates(report["families"], "one reranker of each family, model only")
     for model, agreement in report["agreement"].items():
         console.print(
             f"top-10 agreement with fp32 padded, {model} reranker: {agreement['top10']} (logit "

@@ -85,7 +85,7 @@ def plan_steps(options: GpuCheckOptions, out: Path, models: Path, device: str) -
         Step(
             "bench-gpu",
             [python, "-m", "eval.bench.gpu", *bench_gpu, "--out", str(out / "bench-gpu.json")],
-            300,
+            330,
             out / "bench-gpu.json",
         ),
     ]
@@ -168,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         GpuCheckOptions, argv, prog="python -m eval.bench.gpu_check", description=__doc__
     )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from eval.bench.families import build_family_models
     from eval.bench.gpu import build_models
     from ragrank.device import resolve_placement
 
@@ -178,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     models = out / "models"
     build_models(models, tiny=options.tiny)
+    build_family_models(models / "families", tiny=options.tiny)
     built_s = round(time.monotonic() - started, 1)
     console.print(f"models built in {built_s} s")
     steps = plan_steps(options, out, models, placement.device)
@@ -312,6 +314,13 @@ def _bench_rows(bench: dict[str, Any], table: Checks) -> None:
         "e5-base-shaped embedder, SciFact abstracts",
         f"{embedder['packed']:.0f} passages/s packed, {embedder['padded']:.0f} padded",
     )
+    for name, family in bench["families"].items():
+        table.add(
+            f"{name} alone ({family['family']} family, {family['shape_of']} shape), SciFact "
+            "lengths",
+            f"{family['pairs_per_s']:.0f} pairs/s, {family['tokens_mean']:.0f} tokens per pair "
+            f"(tokenizer: {family['tokenizer']})",
+        )
     agreement, flat = bench["agreement"]["spread"], bench["agreement"]["default_init"]
     table.add(
         f"top-10 agreement, {bench['dtype']} packed against fp32 padded",

@@ -116,6 +116,26 @@ class GpuOptions:
 
 
 @dataclass(frozen=True)
+class FamiliesOptions:
+    """`python -m eval.bench.families`: pairs/s of one reranker of each family."""
+
+    device: str = option("auto", "auto, cuda or cpu")
+    dtype: str = option("auto", "auto (bf16 on a GPU that has it, fp16 on others, fp32 on a CPU)")
+    tiny: bool = option(False, "two-layer models of each family: a quick check")
+    queries: int = option(4, "SciFact queries, each against --documents abstracts")
+    documents: int = option(8, "abstracts per query")
+    data: Path | None = option(
+        None, "BEIR folder (default: SciFact beside the repository if present)"
+    )
+    models: Path | None = option(
+        None, "a folder with the models an earlier run built there; built there when absent"
+    )
+    out: Path | None = option(
+        None, "JSON report (default: eval-results/bench-families-<time>.json)"
+    )
+
+
+@dataclass(frozen=True)
 class ExactBenchOptions:
     """`python -m eval.bench.exact`: faiss's GPU index against its CPU index, top 100."""
 

@@ -188,3 +188,30 @@ def test_the_store_benchmark_measures_both_engines(tmp_path: Path, capsys):
         assert row["upsert_points_per_s"] > 0 and row["rss_mb"] > 0
     assert rows[0]["ef_for_recall_0_9"]["hnsw_ef"] == 16
     assert "| Qdrant Edge | 300 |" in capsys.readouterr().out
+
+
+def test_the_family_benchmark_rates_one_reranker_of_each_family(tmp_path: Path):
+    """`python -m eval.bench.families --tiny`: a row per family, each scored by its own
+    family's code, from the shared configs (skipped without them)."""
+    from eval.bench import families
+
+    if not (families.MINILM.is_dir() and families.BGE.is_dir()):
+        pytest.skip("needs the shared model configs")
+    out = tmp_path / "families.json"
+    code = families.main(
+        [
+            *("--tiny", "--device", "cpu", "--queries", "1", "--documents", "2"),
+            *("--data", str(SAMPLE_DATASET), "--out", str(out)),
+        ]
+    )
+    assert code == 0
+    rows = json.loads(out.read_text())["families"]
+    assert {name: row["family"] for name, row in rows.items()} == {
+        "minilm-l6": "bert",
+        "bge-reranker-v2-m3": "xlm-roberta",
+        "modernbert-base": "modernbert",
+        "qwen3-reranker-0.6b": "qwen3-reranker",
+    }
+    assert all(row["pairs"] == 2 and row["pairs_per_s"] > 0 for row in rows.values())
+    # The decoder's pairs carry its prompt.
+    assert rows["qwen3-reranker-0.6b"]["tokens_mean"] > rows["bge-reranker-v2-m3"]["tokens_mean"]
