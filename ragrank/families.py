@@ -8,6 +8,7 @@ logit, whether the pair is wrapped in a prompt, and how long a window may be.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -102,7 +103,7 @@ def reranker_family(model: Any, model_id: str) -> RerankerFamily:
     for family in FAMILIES:
         if name in family.architectures:
             if family.name == "modernbert" and model.config.classifier_pooling == "mean":
-                return RerankerFamily(**{**family.__dict__, "pooling": "mean"})
+                return dataclasses.replace(family, pooling="mean")
             return family
     raise ModelLoadError(
         f"The reranking model {model_id!r} loads as {name}, which is not a reranker family "

@@ -4,6 +4,7 @@ made ready before it goes offline."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ragrank.errors import ModelLoadError
 from ragrank.loading import error_summary, local_model_folder
@@ -76,7 +77,7 @@ def check(settings: Settings) -> list[ModelStatus]:
     """Load every configured model through the code the server uses and report on it."""
     statuses = []
     for role, field, model_id in configured(settings):
-        common = {
+        common: dict[str, Any] = {
             "role": role,
             "model_id": model_id,
             "setting": env_name(field),

@@ -476,8 +476,8 @@ class CrossEncoderScorer:
             return classified
         if family == "bert":
             rows = model.base_model.pooler(rows[:, None, :])
-            return model.classifier(rows)  # type: ignore[no-any-return]
-        return model.classifier(rows[:, None, :])  # type: ignore[no-any-return]
+            return model.classifier(rows)
+        return model.classifier(rows[:, None, :])
 
 
 def _model_limit(model: Any, tokenizer: Any) -> int:

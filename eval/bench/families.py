@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from eval.bench.options import SHARED_DIR, XLMR_TOKENIZER, FamiliesOptions, bench_data
+from eval.bench.rates import forward_rate, scifact_requests
 from ragrank.device import Placement, batch_limits, resolve_placement
 from ragrank.options import parse_options
 
@@ -110,7 +111,9 @@ def _modernbert(out: Path, tiny: bool) -> Path:
     from eval.random_models import save_family_model, tiny_modernbert_config
 
     tokenizer = AutoTokenizer.from_pretrained(str(MINILM), model_max_length=8192)
-    shape = {**MODERNBERT_BASE, **({**TINY, "num_attention_heads": 4} if tiny else {})}
+    shape: dict[str, Any] = {**MODERNBERT_BASE}
+    if tiny:
+        shape |= {**TINY, "num_attention_heads": 4}
     config = tiny_modernbert_config(tokenizer, **shape)
     return save_family_model("modernbert", config, tokenizer, out)
 
@@ -162,7 +165,6 @@ def family_rates(
 ) -> dict[str, Any]:
     """Pairs/s of each family's forward passes on `requests` (windowed, collated beforehand),
     with the mean tokens per input and the parameter count."""
-    from eval.bench.gpu import forward_rate  # the GPU benchmark imports this module
     from ragrank.models import CrossEncoderScorer
 
     packed = placement.device.startswith("cuda")
@@ -227,8 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.perf_counter()
         folders = build_family_models(args.models or Path(scratch), tiny=args.tiny)
         console.print(f"models ready in {time.perf_counter() - started:.0f} s")
-        from eval.bench.gpu import scifact_requests
-
         requests = scifact_requests(data, args.queries, args.documents)
         report["families"] = family_rates(folders, placement, requests)
     print_rates(

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import tempfile
 import time
 from dataclasses import astuple, dataclass
@@ -47,7 +46,7 @@ from eval.bench.harness import (
     server_process,
 )
 from eval.bench.options import SHARED_DIR, XLMR_TOKENIZER, GpuOptions, bench_data
-from eval.runs import token_batches
+from eval.bench.rates import forward_rate, scifact_requests, timed
 from ragrank.beir import load_beir
 from ragrank.device import Placement, resolve_placement
 from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
@@ -55,7 +54,7 @@ from ragrank.options import parse_options
 from ragrank.settings import VARLEN_BACKENDS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from ragrank.tokens import ModelInput
 
@@ -120,23 +119,8 @@ def matmul_peak(device: str, dtype: torch.dtype, size: int, trials: int = 5) -> 
     b = torch.randn(size, size, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
-    seconds = min(_timed(lambda: a @ b, device, repeat=20) for _ in range(trials))
+    seconds = min(timed(lambda: a @ b, device, repeat=20) for _ in range(trials))
     return 2 * size**3 / seconds / 1e12
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _timed(work: Callable[[], object], device: str, repeat: int = 1) -> float:
-    """Seconds per call of `work`, the device synchronised around it."""
-    _sync(device)
-    started = time.perf_counter()
-    for _ in range(repeat):
-        work()
-    _sync(device)
-    return (time.perf_counter() - started) / repeat
 
 
 def encoder_flops(config: Any, lengths: Sequence[int]) -> float:
@@ -150,27 +134,6 @@ def encoder_flops(config: Any, lengths: Sequence[int]) -> float:
     return 2.0 * weights * tokens + 4.0 * hidden * layers * squares
 
 
-def forward_rate(
-    model: CrossEncoderScorer | SentenceTransformerEmbedder,
-    inputs: Sequence[ModelInput],
-    *,
-    packed: bool,
-    budget: int,
-    device: str,
-) -> float:
-    """Sequences/s of the forward passes alone (length-sorted batches under the token budget,
-    collated beforehand)."""
-    lengths = [len(item) for item in inputs]
-    order = sorted(range(len(inputs)), key=lengths.__getitem__)
-    collated = [
-        model.collate([inputs[i] for i in batch], packed=packed)
-        for batch in token_batches(order, lengths, 4096, budget, packed=packed)
-    ]
-    model.forward(collated[0])  # warm-up
-    seconds = _timed(lambda: [model.forward(batch) for batch in collated], device)
-    return len(inputs) / seconds
-
-
 def synthetic_pairs(scorer: CrossEncoderScorer, length: int, count: int) -> list[ModelInput]:
     """`count` pairs of exactly `length` tokens: a 16-token query and a passage filling the rest."""
     rng = np.random.default_rng(length)
@@ -181,15 +144,6 @@ def synthetic_pairs(scorer: CrossEncoderScorer, length: int, count: int) -> list
         )
         for _ in range(count)
     ]
-
-
-def scifact_requests(data: Path, queries: int, documents: int) -> list[tuple[str, list[str]]]:
-    """Each query against `documents` random abstracts (title and text)."""
-    dataset = load_beir(data)
-    rng = random.Random(0)
-    texts = [f"{d.title} {d.text}".strip() for d in dataset.corpus.values()]
-    chosen = rng.sample(sorted(dataset.queries.values()), min(queries, len(dataset.queries)))
-    return [(query, rng.sample(texts, min(documents, len(texts)))) for query in chosen]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
