@@ -20,7 +20,12 @@ from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.errors import EXCEPTION_HANDLERS, body_too_large
 from server.limits import write_limits_into_schema
 from server.metrics import PROMETHEUS, MetricsController, instrument, instrument_jobs
-from server.openapi import complete_request_schemas, request_types, write_dimension_into_schema
+from server.openapi import (
+    complete_request_schemas,
+    request_types,
+    write_dimension_into_schema,
+    write_models_into_schema,
+)
 from server.playground import playground_router
 from server.request_log import request_id_middleware
 from server.routes import documents, embeddings, health, models, rerank, search
@@ -69,6 +74,11 @@ def create_app(
         write_dimension_into_schema(
             app.openapi_schema, request_types(app), ready.embedder.dimension
         )
+        served = {
+            "rerank": [name for s in ready.rerankers for name in s.names],
+            "embedding": [name for s in ready.embedders for name in s.names],
+        }
+        write_models_into_schema(app.openapi_schema, request_types(app), served)
         try:
             async with SearchService(ready, settings) as search_service:
                 for engine in search_service.engines:

@@ -11,7 +11,7 @@ import msgspec
 from litestar.openapi.spec import OpenAPI, OpenAPIType, Schema
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from litestar import Litestar
 
@@ -104,6 +104,26 @@ def write_dimension_into_schema(openapi: OpenAPI, kinds: Iterable[type], dimensi
             for option in [target, *(target.any_of or [])]:
                 if isinstance(option, Schema) and option.type == OpenAPIType.INTEGER:
                     option.minimum = option.maximum = dimension
+
+
+def write_models_into_schema(
+    openapi: OpenAPI, kinds: Iterable[type], names: Mapping[str, Sequence[str]]
+) -> None:
+    """Once the models are loaded: the names each `model` field accepts (by role), unless a
+    model of that role takes any name (`*`)."""
+    schemas = openapi.components.schemas if openapi.components else None
+    for struct in _structs(kinds):
+        component = (schemas or {}).get(struct.cls.__name__)
+        if not isinstance(component, Schema):
+            continue
+        for field in struct.fields:
+            target = (component.properties or {}).get(field.encode_name)
+            role = _extra(field.type).get("served_models")
+            if not isinstance(target, Schema) or role not in names or "*" in names[role]:
+                continue
+            for option in [target, *(target.any_of or [])]:
+                if isinstance(option, Schema) and option.type == OpenAPIType.STRING:
+                    option.enum = sorted(set(names[role]))
 
 
 def _any_of_for_unions(schema: Schema) -> None:

@@ -17,7 +17,7 @@ from server.routes.shared import (
     MODEL_ERRORS,
     ApiVersion,
     CoherePriority,
-    ModelName,
+    EmbedderName,
     TruncationDirection,
     unless_disconnected,
 )
@@ -66,7 +66,7 @@ class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields
     Jina's `task`) picks the e5 prefix."""
 
     input: EmbedText | EmbedTexts
-    model: ModelName = None
+    model: EmbedderName = None
     encoding_format: Literal["float", "base64"] = "float"
     input_type: Annotated[
         Literal["query", "passage"],
@@ -130,14 +130,14 @@ class TeiEmbedRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
         Meta(description="`query` gives the query prefix; absent or the others, the passage one."),
     ] = None
     dimensions: Dimensions = None
-    model: ModelName = None
+    model: EmbedderName = None
 
 
 class CohereEmbedRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Cohere's embed request, v1 and v2: texts only (no images)."""
 
     texts: EmbedTexts
-    model: ModelName = None
+    model: EmbedderName = None
     input_type: Annotated[
         Literal["search_query", "search_document", "classification", "clustering"] | None,
         Meta(

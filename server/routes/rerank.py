@@ -20,7 +20,7 @@ from server.routes.shared import (
     NON_BLANK,
     ApiVersion,
     CoherePriority,
-    ModelName,
+    RerankerName,
     TruncationDirection,
     unless_disconnected,
 )
@@ -53,7 +53,7 @@ class RerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         list[DocumentText | RerankDocument],
         length_limit("max_rerank_documents", min_length=1),
     ]
-    model: ModelName = None
+    model: RerankerName = None
     top_n: Annotated[int, Meta(ge=1)] | None = None
     return_documents: bool = False
     max_chunks_per_doc: (
@@ -143,7 +143,7 @@ class TeiRerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     top_n: Annotated[int, Meta(ge=1, description="Return the best `top_n` only.")] | None = None
     truncate: bool = False
     truncation_direction: TruncationDirection = None
-    model: ModelName = None
+    model: RerankerName = None
 
 
 class TeiRank(Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -10,7 +10,7 @@ from msgspec import Meta, Struct
 
 from ragrank.language import known_language, primary_subtag
 from server.limits import length_limit, value_limit
-from server.routes.shared import MODEL_ERRORS, NON_BLANK, ModelName, unless_disconnected
+from server.routes.shared import MODEL_ERRORS, NON_BLANK, RerankerName, unless_disconnected
 from server.services import SearchService
 
 #: The most RRF's `k` may be set to: far past the point where it changes any order.
@@ -132,7 +132,7 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         bool,
         Meta(description="List each result's words that the query's BM25 terms matched."),
     ] = False
-    model: ModelName = None
+    model: RerankerName = None
 
 
 class SearchHit(Struct, frozen=True, kw_only=True, omit_defaults=True):

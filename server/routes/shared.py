@@ -26,15 +26,31 @@ NON_BLANK = (
 
 #: The served model a request picks, by one of its names (RAGRANK_RERANK_MODELS,
 #: RAGRANK_EMBED_MODELS) or its hub id; absent, the default. A name no served model answers to
-#: is a 400 listing them, unless one takes any name (`*`).
-ModelName = (
+#: is a 400 listing them, unless one takes any name (`*`). The served schema lists the names
+#: once the models are loaded (`server.openapi.write_models_into_schema`).
+_MODEL_HELP = (
+    "The served {role} model to use, by a name `/v1/models` lists or its hub id; absent: the "
+    "default (the first served). A name the server does not serve is a 400 listing the served "
+    "ones."
+)
+RerankerName = (
     Annotated[
         str,
         Meta(
             max_length=256,
-            description="The served model to use, by a name `/v1/models` lists or its hub id; "
-            "absent: the default (the first served). A name the server does not serve is a 400 "
-            "listing the served ones.",
+            description=_MODEL_HELP.format(role="reranking"),
+            extra={"served_models": "rerank"},
+        ),
+    ]
+    | None
+)
+EmbedderName = (
+    Annotated[
+        str,
+        Meta(
+            max_length=256,
+            description=_MODEL_HELP.format(role="embedding"),
+            extra={"served_models": "embedding"},
         ),
     ]
     | None

@@ -41,15 +41,18 @@ async def test_metrics_count_requests_by_route_and_status_and_report_batches(ind
         == 1
     )
     assert re.search(r'ragrank_http_request_duration_seconds_bucket\{.*path="/v1/search"', text)
-    items = _value(text, "ragrank_batch_items_sum", engine="rerank")
-    assert items - _value(before, "ragrank_batch_items_sum", engine="rerank") == 8
+    # Labelled by engine and by model (other tests in this process serve other models).
+    rerank = {"engine": "rerank", "model": "fake-scorer"}
+    items = _value(text, "ragrank_batch_items_sum", **rerank)
+    assert items - _value(before, "ragrank_batch_items_sum", **rerank) == 8
     for name in (
         "ragrank_batch_tokens_count",
         "ragrank_batch_padding_ratio_count",
         "ragrank_forward_seconds_count",
         "ragrank_batch_requests_count",
     ):
-        assert _value(text, name, engine="embed") > _value(before, name, engine="embed")
+        embed = {"engine": "embed", "model": "fake-embedder"}
+        assert _value(text, name, **embed) > _value(before, name, **embed)
     assert "ragrank_queue_depth{" in text
 
 
