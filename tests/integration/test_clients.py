@@ -61,7 +61,9 @@ def test_the_openai_client_embeds_unchanged(live_server):
     assert len(response.data[0].embedding) == FakeEmbedder.dimension
     assert response.usage.prompt_tokens > 0
     # The client asks for base64 by default; floats must decode to the same vector.
-    floats = client.embeddings.create(model="fake-embedder", input="rivers and seas", encoding_format="float")
+    floats = client.embeddings.create(
+        model="fake-embedder", input="rivers and seas", encoding_format="float"
+    )
     assert floats.data[0].embedding == pytest.approx(response.data[0].embedding, abs=1e-6)
 
 
@@ -81,6 +83,9 @@ def test_the_cohere_clients_rerank_v1_and_embed_v1_and_v2(live_server):
     assert len(floats.embeddings[0]) == FakeEmbedder.dimension
     v2 = cohere.ClientV2(api_key="not-checked", base_url=live_server)
     typed = v2.embed(
-        texts=["rivers"], model="fake-embedder", input_type="search_query", embedding_types=["float"]
+        texts=["rivers"],
+        model="fake-embedder",
+        input_type="search_query",
+        embedding_types=["float"],
     )
     np.testing.assert_allclose(typed.embeddings.float_, floats.embeddings, atol=1e-6)
