@@ -118,7 +118,7 @@ def write_models_into_schema(
             continue
         for field in struct.fields:
             target = (component.properties or {}).get(field.encode_name)
-            role = _extra(field.type).get("served_models")
+            role = str(_extra(field.type).get("served_models", ""))
             if not isinstance(target, Schema) or role not in names or "*" in names[role]:
                 continue
             for option in [target, *(target.any_of or [])]:
