@@ -71,14 +71,7 @@ def create_app(
         ready = services
         if ready is None:
             ready = await anyio.to_thread.run_sync(Services.load, settings)
-        write_dimension_into_schema(
-            app.openapi_schema, request_types(app), ready.embedder.dimension
-        )
-        served = {
-            "rerank": [name for s in ready.rerankers for name in s.names],
-            "embedding": [name for s in ready.embedders for name in s.names],
-        }
-        write_models_into_schema(app.openapi_schema, request_types(app), served)
+        _describe_models(app, ready)
         try:
             async with SearchService(ready, settings) as search_service:
                 for engine in search_service.engines:
@@ -127,6 +120,18 @@ def create_app(
     complete_request_schemas(app.openapi_schema, bodies)
     write_limits_into_schema(app.openapi_schema, settings, bodies)
     return app
+
+
+def _describe_models(app: Litestar, services: Services) -> None:
+    """Once the models are loaded, the served schema states what they accept: the embedder's
+    vector length and each role's model names."""
+    bodies = request_types(app)
+    write_dimension_into_schema(app.openapi_schema, bodies, services.embedder.dimension)
+    names = {
+        "rerank": [name for served in services.rerankers for name in served.names],
+        "embedding": [name for served in services.embedders for name in served.names],
+    }
+    write_models_into_schema(app.openapi_schema, bodies, names)
 
 
 def _route_handlers(settings: Settings, keys: ApiKeys) -> list[ControllerRouterHandler]:
