@@ -33,9 +33,9 @@ from ragrank.packing import (
     collate_padded,
     first_position,
     first_rows,
-    last_rows,
     packed_hidden,
     packing_family,
+    pooled_rows,
     register_attention,
     resolve_varlen_backend,
     segment_mean,
@@ -142,11 +142,12 @@ class _Runner:
             yield
 
 
-def _tokens(tokenizer: Any, max_length: int, role: str, model_id: str) -> Tokens:
-    """The model's `Tokens`, or a `ModelLoadError` naming the model and its setting."""
+def _tokens(tokenizer: Any, max_length: int, role: str, model_id: str, **layout: Any) -> Tokens:
+    """The model's `Tokens` (`layout`: its pair prompt and token types), or a
+    `ModelLoadError` naming the model and its setting."""
     setting = env_name("embed_model" if role == "embedding" else "rerank_model")
     try:
-        return Tokens(tokenizer, max_length)
+        return Tokens(tokenizer, max_length, **layout)
     except ValueError as exc:
         raise ModelLoadError(
             f"The {role} model {model_id!r} cannot be served: {exc}. Set {setting} to a model "
@@ -338,15 +339,14 @@ class CrossEncoderScorer:
         tokenizer = encoder.tokenizer
         self.max_length = window_length(self.family, max_length, _model_limit(model, tokenizer))
         prompt = pair_prompt(tokenizer, instruction) if self.family.prompted else None
-        try:
-            self.tokens = Tokens(
-                tokenizer, self.max_length, prompt=prompt, types=self.family.token_types
-            )
-        except ValueError as exc:
-            raise ModelLoadError(
-                f"The reranking model {model_id!r} cannot be served: {exc}. Set "
-                f"{env_name('rerank_model')} to a model with a fast (tokenizer.json) tokenizer."
-            ) from exc
+        self.tokens = _tokens(
+            tokenizer,
+            self.max_length,
+            "reranking",
+            model_id,
+            prompt=prompt,
+            types=self.family.token_types,
+        )
         #: The decoder's `yes` minus `no` row of its output layer: one dot product per pair
         #: gives the log-odds, with no projection onto the whole vocabulary.
         self._direction: torch.Tensor | None = None
@@ -434,32 +434,23 @@ class CrossEncoderScorer:
 
     def _run(self, model: Any, batch: Batch) -> NDArray[np.float32]:
         with self._runner.running():
-            if self.family.pooling == "last":
-                output = self._head(model, self._last_rows(model, batch))
-            elif isinstance(batch, PackedBatch):
+            if isinstance(batch, PackedBatch):
                 base = model.base_model
                 hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
-                if self.family.pooling == "mean":
-                    rows = segment_mean(hidden, batch).to(hidden.dtype)
-                else:
-                    rows = first_rows(hidden, batch)
-                output = self._head(model, rows)
+                output = self._head(model, pooled_rows(hidden, batch, self.family.pooling))
+            elif self.family.pooling == "last":
+                output = self._head(model, self._last_padded_rows(model, batch))
             else:
                 output = model(**self._runner.features(batch)).logits
             # Logits leave the model in float32 whatever dtype it runs in.
             logits = output.float().view(-1)
         return np.asarray(logits.cpu().numpy(), dtype=np.float32)
 
-    def _last_rows(self, model: Any, batch: Batch) -> torch.Tensor:
-        """A decoder's last hidden row of each input, packed or right-padded."""
-        base = model.base_model
-        if isinstance(batch, PackedBatch):
-            hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
-            return last_rows(hidden, batch)
+    def _last_padded_rows(self, model: Any, batch: Batch) -> torch.Tensor:
+        """A decoder's last hidden row of each right-padded input: its last real token."""
         features = self._runner.features(batch)
-        mask = features["attention_mask"]
-        states = base(**features, use_cache=False).last_hidden_state
-        ends = mask.sum(dim=1) - 1
+        states = model.base_model(**features, use_cache=False).last_hidden_state
+        ends = features["attention_mask"].sum(dim=1) - 1
         last: torch.Tensor = states[torch.arange(states.shape[0], device=states.device), ends]
         return last
 

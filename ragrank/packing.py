@@ -249,7 +249,7 @@ def packing_family(config: Any) -> str | None:
         return None
     if getattr(config, "position_embedding_type", "absolute") != "absolute":
         return None
-    if getattr(config, "is_decoder", False) and config.model_type != "qwen3":
+    if getattr(config, "is_decoder", False):
         return None
     return str(config.model_type)
 
@@ -324,3 +324,11 @@ def last_rows(hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
     """Each sequence's last row: where a decoder has read the whole input."""
     ends = batch.cu_seqlens[1:].to(hidden.device, dtype=torch.long) - 1
     return hidden.index_select(0, ends)
+
+
+def pooled_rows(hidden: torch.Tensor, batch: PackedBatch, pooling: str) -> torch.Tensor:
+    """One row per sequence, in the hidden states' dtype: its `first` row, the `mean` of its
+    rows, or its `last` row."""
+    if pooling == "mean":
+        return segment_mean(hidden, batch).to(hidden.dtype)
+    return (last_rows if pooling == "last" else first_rows)(hidden, batch)

@@ -696,7 +696,13 @@ class ServedModel:
     @property
     def name(self) -> str:
         """The model's first name: what `/v1/models` and the metrics call it."""
-        return next((n for n in self.names if n != ANY_NAME), self.model_id)
+        return first_name(self.names)
+
+
+def first_name(names: tuple[str, ...]) -> str:
+    """The first of a served model's names that is not the catch-all (it always has one: its
+    model id)."""
+    return next((n for n in names if n != ANY_NAME), names[0])
 
 
 def parse_served(listed: str, variable: str) -> tuple[ServedModel, ...]:

@@ -92,18 +92,8 @@ def complete_request_schemas(openapi: OpenAPI, kinds: Iterable[type]) -> None:
 
 def write_dimension_into_schema(openapi: OpenAPI, kinds: Iterable[type], dimension: int) -> None:
     """Once the embedder is loaded: the vector length its `dimensions` fields must give."""
-    schemas = openapi.components.schemas if openapi.components else None
-    for struct in _structs(kinds):
-        component = (schemas or {}).get(struct.cls.__name__)
-        if not isinstance(component, Schema):
-            continue
-        for field in struct.fields:
-            target = (component.properties or {}).get(field.encode_name)
-            if not isinstance(target, Schema) or not _extra(field.type).get("model_dimension"):
-                continue
-            for option in [target, *(target.any_of or [])]:
-                if isinstance(option, Schema) and option.type == OpenAPIType.INTEGER:
-                    option.minimum = option.maximum = dimension
+    for option, _ in _marked_options(openapi, kinds, "model_dimension", OpenAPIType.INTEGER):
+        option.minimum = option.maximum = dimension
 
 
 def write_models_into_schema(
@@ -111,6 +101,16 @@ def write_models_into_schema(
 ) -> None:
     """Once the models are loaded: the names each `model` field accepts (by role), unless a
     model of that role takes any name (`*`)."""
+    for option, role in _marked_options(openapi, kinds, "served_models", OpenAPIType.STRING):
+        if role in names and "*" not in names[role]:
+            option.enum = sorted(set(names[role]))
+
+
+def _marked_options(
+    openapi: OpenAPI, kinds: Iterable[type], mark: str, kind: OpenAPIType
+) -> Iterator[tuple[Schema, Any]]:
+    """The schemas of type `kind` (the field's own, or a branch of its union) of every request
+    field whose type carries `mark` in its extra metadata, with the mark's value."""
     schemas = openapi.components.schemas if openapi.components else None
     for struct in _structs(kinds):
         component = (schemas or {}).get(struct.cls.__name__)
@@ -118,12 +118,12 @@ def write_models_into_schema(
             continue
         for field in struct.fields:
             target = (component.properties or {}).get(field.encode_name)
-            role = str(_extra(field.type).get("served_models", ""))
-            if not isinstance(target, Schema) or role not in names or "*" in names[role]:
+            value = _extra(field.type).get(mark)
+            if not isinstance(target, Schema) or not value:
                 continue
             for option in [target, *(target.any_of or [])]:
-                if isinstance(option, Schema) and option.type == OpenAPIType.STRING:
-                    option.enum = sorted(set(names[role]))
+                if isinstance(option, Schema) and option.type == kind:
+                    yield option, value
 
 
 def _any_of_for_unions(schema: Schema) -> None:

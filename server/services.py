@@ -27,7 +27,7 @@ from ragrank.errors import (
 )
 from ragrank.memory import ModelSize, available_bytes, check_fits, weights_bytes
 from ragrank.protocols import Embedder, Scorer, relevance
-from ragrank.settings import ANY_NAME, Settings, env_name
+from ragrank.settings import ANY_NAME, Settings, env_name, first_name
 from ragrank.sparse import SparseEncoder, SparseQuery, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
 from ragrank.store.maintenance import indexed_sparse_encoder
@@ -76,7 +76,7 @@ class Served(Generic[_Model]):
     @property
     def name(self) -> str:
         """Its first name: what `/v1/models`, `/ready` and the metrics call it."""
-        return next(n for n in (*self.names, "") if n != ANY_NAME) or self.names[0]
+        return first_name(self.names)
 
 
 def pick(served: Sequence[Served[_Model]], name: str | None, role: str) -> Served[_Model]:
