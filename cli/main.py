@@ -294,6 +294,7 @@ def _eval(args: argparse.Namespace) -> int:
         target.output or default_output(),
         baseline_embed_model=target.baseline_embed_model,
         merge=target.merge,
+        against_report=target.against,
     )
 
 

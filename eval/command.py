@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eval.against import against, read_report
 from eval.embedding_cache import model_fingerprint
 from eval.exact import faiss_build
 from eval.report import build_report, print_table, write_report
@@ -45,13 +46,16 @@ def run_eval(
     *,
     baseline_embed_model: str | None = None,
     merge: Sequence[Path] = (),
+    against_report: Path | None = None,
 ) -> int:
     """Evaluate each dataset with the configured models, then the `merge` folders as one
     collection; `baseline_embed_model` adds that embedder's cosine run as the baseline of the
-    configured embedder (with its own default prefixes)."""
+    configured embedder (with its own default prefixes); `against_report` compares every
+    system with the same one in that earlier report."""
     for path in datasets:
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
+    earlier = read_report(against_report) if against_report else None
     merge = beir_folders(merge)
     faiss_build()  # two faiss builds installed are refused before any model loads
     embedder = SentenceTransformerEmbedder.from_settings(settings)
@@ -80,6 +84,8 @@ def run_eval(
         )
     )
     config = _config(settings, (*datasets, *merge), options, scorer is not None)
+    if embedder.agreement is not None:
+        config["embed_int8_agreement"] = asdict(embedder.agreement)
     config["sparse"] = {"encoder": settings.sparse, "recipe": sparse.recipe if sparse else None}
     if baseline is not None:
         config |= {
@@ -89,6 +95,8 @@ def run_eval(
             "baseline_passage_prefix": baseline.passage_prefix,
         }
     report = build_report(results, config)
+    if earlier is not None:
+        report["against"] = against(report, earlier, str(against_report))
     print_table(report)
     for path in write_report(report, results, output):
         print(f"wrote {path}")
@@ -150,6 +158,7 @@ def _config(
         "top_k": TOP_K,
         "embed_model": settings.embed_model,
         "embed_model_fingerprint": model_fingerprint(settings.embed_model),
+        "embed_backend": settings.embed_backend,
         "rerank_model": settings.rerank_model if reranks else None,
         "rerank_model_fingerprint": model_fingerprint(settings.rerank_model) if reranks else None,
         "rerank_max_length": settings.rerank_max_length,

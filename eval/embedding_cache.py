@@ -2,8 +2,8 @@
 candidate count does not embed the corpus again.
 
 The key covers everything that changes the vectors: the model (id, and for a local folder the
-names, sizes and modification times of its files), the passage prefix, the checksum of the
-corpus file, the token limit and how a document becomes text.
+names, sizes and modification times of its files), its backend, the passage prefix, the
+checksum of the corpus file, the token limit and how a document becomes text.
 """
 
 from __future__ import annotations
@@ -39,14 +39,23 @@ def model_fingerprint(model_id: str) -> str:
     return f"{folder.resolve()}@{digest.hexdigest()[:16]}"
 
 
-def cache_key(*, model_id: str, passage_prefix: str, corpus_checksum: str, max_length: int) -> str:
-    fields = {
+def cache_key(
+    *,
+    model_id: str,
+    passage_prefix: str,
+    corpus_checksum: str,
+    max_length: int,
+    backend: str = "torch",
+) -> str:
+    fields: dict[str, object] = {
         "model": model_fingerprint(model_id),
         "passage_prefix": passage_prefix,
         "corpus": corpus_checksum,
         "max_length": max_length,
         "text": TEXT_FORMAT,
     }
+    if backend != "torch":  # named only when not the float one: older keys stay valid
+        fields["backend"] = backend
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
 

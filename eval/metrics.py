@@ -167,6 +167,11 @@ def compare(
     return comparisons
 
 
+def format_p(p: float) -> str:
+    """A p-value to four places; a randomisation test cannot resolve below 1/permutations."""
+    return f"{p:.4f}" if p >= 1e-4 else "< 0.0001"
+
+
 def bootstrap_ci(values: np.ndarray) -> tuple[float, float]:
     """95 % percentile-bootstrap interval of the mean, resampling queries (seeded)."""
     if len(values) < 2 or np.ptp(values) == 0:

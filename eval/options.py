@@ -45,6 +45,13 @@ class EvalTarget:
         "embedder against it, e.g. the model it was fine-tuned from",
         metavar="MODEL",
     )
+    against: Path | None = option(
+        None,
+        "an earlier report (its folder or report.json): compare each system this run shares "
+        "with it, query by query on the same datasets, with the paired tests, e.g. after "
+        "changing RAGRANK_EMBED_BACKEND",
+        metavar="REPORT",
+    )
 
     def __post_init__(self) -> None:
         if not (self.datasets or self.merge):

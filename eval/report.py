@@ -13,6 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from eval.against import against_rows
 from eval.exact import FAISS_DISTRIBUTIONS, faiss_build, installed_versions
 from eval.metrics import (
     BOOTSTRAP_RESAMPLES,
@@ -23,6 +24,7 @@ from eval.metrics import (
     SEED,
     STAT_TESTS,
     Comparison,
+    format_p,
 )
 from eval.systems import BASELINE, SYSTEMS
 
@@ -190,6 +192,14 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
     console.print(table)
     console.print(f"exact search: {_exact_search(report)}")
     _print_against_cosine(report, console)
+    if "against" in report:
+        header, rows = against_rows(report["against"])
+        earlier = Table(title=f"{HEADLINE.upper()} against {report['against']['report']}")
+        for index, name in enumerate(header):
+            earlier.add_column(name, justify="left" if index < 2 else "right")
+        for row in rows:
+            earlier.add_row(*row, style="bold" if row[0].startswith("macro") else None)
+        console.print(earlier)
     _print_notes(report, console)
 
 
@@ -251,11 +261,6 @@ def _exact_search(report: Mapping[str, Any]) -> str:
     return str(report.get("environment", {}).get("exact_search", "faiss (build not recorded)"))
 
 
-def format_p(p: float) -> str:
-    """A p-value to four places; a randomisation test cannot resolve below 1/permutations."""
-    return f"{p:.4f}" if p >= 1e-4 else "< 0.0001"
-
-
 def _cell(systems: Mapping[str, Any], name: str, oracle: Mapping[str, float] | None = None) -> str:
     """A system's headline in a report's dataset, with its oracle@K when given."""
     if name not in systems:
@@ -290,7 +295,8 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
     lines = [
         "# ragrank eval",
         "",
-        f"{report['created']} · embedder `{config['embed_model']}` · {reranker} · split "
+        f"{report['created']} · embedder `{config['embed_model']}`"
+        f"{' (int8)' if config.get('embed_backend') == 'int8' else ''} · {reranker} · split "
         f"`{config['split']}` · exact search {_exact_search(report)}",
         "",
         f"## {HEADLINE.upper()}",
@@ -322,6 +328,16 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
         ]
         lines.append("| **macro average** | | " + " | ".join(cells) + " |")
     lines += _against_cosine(report)
+    if "against" in report:
+        header, rows = against_rows(report["against"])
+        lines += ["", f"## Against the earlier report `{report['against']['report']}`", ""]
+        lines += [
+            "Each system before (the earlier report) and after (this run), on the same queries.",
+            "",
+            "| " + " | ".join(header) + " |",
+            "| --- | --- | " + " | ".join("---:" for _ in header[2:]) + " |",
+        ]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
     return _markdown_rest(report, plots, lines)
 
 

@@ -313,6 +313,7 @@ def corpus_key(embedder: Embedder, dataset: BeirDataset) -> str:
         passage_prefix=embedder.passage_prefix,
         corpus_checksum=dataset.checksums[corpus_file],
         max_length=embedder.max_length,
+        backend=embedder.backend,
     )
 
 

@@ -1,12 +1,12 @@
 """Documents → chunks → passage embeddings → Qdrant points: an idempotent, crash-safe sync.
 
 Every chunk point carries its document's stamp: a content hash (of the text, title, metadata
-and everything that shapes the dense vectors: model, prefix, chunk size), the document's chunk
-count, and what made its BM25 sparse vectors. A document is skipped, without chunking or
-embedding, when the collection holds exactly its chunks 0..n-1, all with the current stamp.
-Anything else, including what a run killed half-way left behind, fails that check, so the next
-run rewrites the document: its points are upserted (ids from doc_id and chunk number, so
-overwritten in place) and then the points past its new end are deleted.
+and everything that shapes the dense vectors: model, backend, prefix, chunk size), the
+document's chunk count, and what made its BM25 sparse vectors. A document is skipped,
+without chunking or embedding, when the collection holds exactly its chunks 0..n-1, all with
+the current stamp. Anything else, including what a run killed half-way left behind, fails
+that check, so the next run rewrites the document: its points are upserted (ids from doc_id
+and chunk number, so overwritten in place) and then the points past its new end are deleted.
 """
 
 from __future__ import annotations
@@ -92,10 +92,17 @@ class Indexer:
         if sparse is not None and sparse.detects:
             metadata_indexes = tuple(dict.fromkeys((*metadata_indexes, "lang")))
         store.ensure_payload_indexes(metadata_indexes)
-        # Whatever shapes the vectors: a change re-embeds every document.
-        self._recipe = json.dumps(
-            [embedder.model_id, embedder.passage_prefix, chunker.max_tokens, chunker.overlap]
-        )
+        # Whatever shapes the vectors: a change re-embeds every document. The backend is
+        # named only when it is not the float one, so that older stamps stay valid.
+        recipe: list[object] = [
+            embedder.model_id,
+            embedder.passage_prefix,
+            chunker.max_tokens,
+            chunker.overlap,
+        ]
+        if embedder.backend != "torch":
+            recipe.append(embedder.backend)
+        self._recipe = json.dumps(recipe)
 
     @classmethod
     def from_settings(cls, settings: Settings, embedder: Embedder, store: Store) -> Indexer:

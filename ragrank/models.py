@@ -40,7 +40,16 @@ from ragrank.packing import (
     resolve_varlen_backend,
     segment_mean,
 )
-from ragrank.quantization import Agreement, calibration_groups, checked_agreement, quantize_int8
+from ragrank.quantization import (
+    Agreement,
+    VectorAgreement,
+    calibration_groups,
+    calibration_texts,
+    checked_agreement,
+    checked_int8,
+    outlier_layers,
+    vector_agreement,
+)
 from ragrank.settings import Settings, default_prefixes, env_name
 from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
@@ -176,6 +185,8 @@ class SentenceTransformerEmbedder:
         batch_size: int = 32,
         packed: str = "off",
         varlen: str = "auto",
+        backend: str = "torch",
+        min_agreement: float = 0.99,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -213,6 +224,55 @@ class SentenceTransformerEmbedder:
             can_pack=self._pooling is not None,
         )
         self.packed = self._runner.packed
+        #: `torch` or `int8`: part of the recipe of the vectors (the indexer's stamp).
+        self.backend = backend
+        #: How the int8 backend's vectors match the float model's; None on the torch backend.
+        self.agreement: VectorAgreement | None = None
+        #: The linear layers the int8 backend keeps in float (`outlier_layers`).
+        self.float_layers: list[str] = []
+        if backend == "int8":
+            self._use_int8(min_agreement)
+
+    def _use_int8(self, min_agreement: float) -> None:
+        """Swap in the int8 encoder, if its vectors match the float encoder's."""
+        float_encoder = self._encoder
+        queries, passages = calibration_texts()
+        reference: list[tuple[Vectors, Vectors]] = []
+
+        def both(encoder: torch.nn.Module) -> tuple[Vectors, Vectors]:
+            self._set_encoder(encoder)
+            return self.embed_queries(queries), self.embed_passages(passages)
+
+        def compare(quantized: torch.nn.Module) -> VectorAgreement:
+            try:
+                return vector_agreement(reference[0], both(quantized))
+            finally:
+                self._set_encoder(float_encoder)
+
+        # The float pass that finds the outlier layers gives the reference vectors too.
+        self.float_layers = outlier_layers(
+            float_encoder, lambda: reference.append(both(float_encoder))
+        )
+        quantized, self.agreement = checked_int8(
+            float_encoder,
+            role="embedding",
+            model_id=self.model_id,
+            device=self._runner.device,
+            floor=min_agreement,
+            compare=compare,
+            keep_float=self.float_layers,
+        )
+        self._set_encoder(quantized)
+        log.info(
+            "embedder: int8 backend in use, %s kept in float; against float32: %s",
+            ", ".join(self.float_layers) or "no layer",
+            self.agreement,
+        )
+
+    def _set_encoder(self, encoder: torch.nn.Module) -> None:
+        """Run `encoder` in both paths: the packed one and sentence-transformers' padded one."""
+        self._encoder = encoder
+        next(iter(self._model)).model = encoder  # what its `auto_model` reads
 
     @classmethod
     def from_settings(
@@ -232,6 +292,8 @@ class SentenceTransformerEmbedder:
             batch_size=batch_limits(placement, settings.embed_batch_size)[0],
             packed=settings.packed,
             varlen=settings.varlen_attention,
+            backend=settings.embed_backend,
+            min_agreement=settings.embed_min_agreement,
         )
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
@@ -370,27 +432,24 @@ class CrossEncoderScorer:
 
     def _use_int8(self, min_agreement: float) -> None:
         """Swap in the int8 model, if its rankings agree with the float model's."""
-        backend, threshold = env_name("rerank_backend"), env_name("rerank_min_agreement")
-        device = self._runner.device
-        if device != "cpu":
-            raise ModelLoadError(
-                f"{backend}=int8 runs on the CPU only; set {backend}=torch on {device}"
+        float_model = self._model
+
+        def compare(quantized: torch.nn.Module) -> Agreement:
+            return checked_agreement(
+                calibration_groups(),
+                lambda pairs: self._run(float_model, self.collate(self.tokens.pairs(pairs))),
+                lambda pairs: self._run(quantized, self.collate(self.tokens.pairs(pairs))),
             )
-        quantized = quantize_int8(self._model)
-        agreement = checked_agreement(
-            calibration_groups(),
-            lambda pairs: self._run(self._model, self.collate(self.tokens.pairs(pairs))),
-            lambda pairs: self._run(quantized, self.collate(self.tokens.pairs(pairs))),
+
+        self._model, self.agreement = checked_int8(
+            float_model,
+            role="reranking",
+            model_id=self.model_id,
+            device=self._runner.device,
+            floor=min_agreement,
+            compare=compare,
         )
-        if agreement.mean_spearman < min_agreement:
-            raise ModelLoadError(
-                f"The int8 reranking model {self.model_id!r} ranks too differently from the "
-                f"float one ({agreement}); {threshold} is {min_agreement:g}. "
-                f"Set {backend}=torch, or lower {threshold} if that is acceptable."
-            )
-        log.info("reranker: int8 backend in use; against float32: %s", agreement)
-        self._model = quantized
-        self.agreement = agreement
+        log.info("reranker: int8 backend in use; against float32: %s", self.agreement)
 
     @classmethod
     def from_settings(cls, settings: Settings, model_id: str | None = None) -> CrossEncoderScorer:

@@ -1,10 +1,11 @@
-"""The opt-in int8 CPU backend of the cross-encoder, and the check that gates it.
+"""The opt-in int8 CPU backend of both model roles, and the checks that gate it.
 
 Dynamic int8 quantisation (per-channel weights, activations quantised per batch) of every
-linear layer makes a BERT-sized cross-encoder faster on CPU cores. It also moves its scores,
-so a quantised model is used only after its rankings are compared with the float model's on a
-calibration set: per query, the Spearman correlation of the two score lists. Below
-`RAGRANK_RERANK_MIN_AGREEMENT` the server refuses to start.
+linear layer makes a BERT-sized model faster on CPU cores. It also moves its outputs, so a
+quantised model is used only after it is compared with the float model on a calibration set
+from the bundled sample: a cross-encoder by the per-query Spearman correlation of the two
+score lists, an embedder by the cosine between each text's two vectors. Below the role's
+`RAGRANK_*_MIN_AGREEMENT` the model is refused.
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 import torch
 from scipy.stats import spearmanr
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
 from ragrank import SAMPLE_DATASET
 from ragrank.documents import open_text, read_jsonl_documents
+from ragrank.errors import ModelLoadError
+from ragrank.settings import env_name
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from numpy.typing import NDArray
 
@@ -44,12 +49,67 @@ class Agreement:
     #: Largest absolute difference of a logit.
     max_abs_diff: float
 
+    @property
+    def level(self) -> float:
+        """What the threshold is compared with."""
+        return self.mean_spearman
+
     def __str__(self) -> str:
         return (
             f"Spearman per query mean {self.mean_spearman:.3f} (min {self.min_spearman:.3f}), "
             f"same top-1 for {self.top1:.0%} of {self.queries} queries, "
             f"max |Δlogit| {self.max_abs_diff:.4f} over {self.pairs} pairs"
         )
+
+
+@dataclass(frozen=True)
+class VectorAgreement:
+    """How closely a quantised embedder's vectors match the float one's."""
+
+    texts: int
+    #: Mean and worst cosine between a text's two vectors.
+    mean_cosine: float
+    min_cosine: float
+    #: Share of calibration queries whose nearest passage is the same under both.
+    top1: float
+
+    @property
+    def level(self) -> float:
+        """What the threshold is compared with."""
+        return self.mean_cosine
+
+    def __str__(self) -> str:
+        return (
+            f"cosine to the float vectors mean {self.mean_cosine:.4f} (min "
+            f"{self.min_cosine:.4f}) over {self.texts} texts, same nearest passage for "
+            f"{self.top1:.0%} of queries"
+        )
+
+
+def calibration_texts(queries: int = 8, documents: int = 24) -> tuple[list[str], list[str]]:
+    """(queries, passages) from the bundled sample, spread over the whole (multilingual)
+    collection."""
+    groups = calibration_groups(queries, documents)
+    return [group[0][0] for group in groups], [passage for _, passage in groups[0]]
+
+
+def vector_agreement(
+    reference: tuple[NDArray[np.floating], NDArray[np.floating]],
+    candidate: tuple[NDArray[np.floating], NDArray[np.floating]],
+) -> VectorAgreement:
+    """Compare two embedders' L2-normalised (query, passage) vectors of the same texts."""
+    cosines = np.concatenate(
+        [np.sum(r * c, axis=1) for r, c in zip(reference, candidate, strict=True)]
+    )
+    nearest = [
+        np.argmax(queries @ passages.T, axis=1) for queries, passages in (reference, candidate)
+    ]
+    return VectorAgreement(
+        texts=len(cosines),
+        mean_cosine=float(np.mean(cosines)),
+        min_cosine=float(np.min(cosines)),
+        top1=float(np.mean(nearest[0] == nearest[1])),
+    )
 
 
 def calibration_groups(queries: int = 8, documents: int = 12) -> list[list[Pair]]:
@@ -85,19 +145,137 @@ def rank_agreement(
     )
 
 
-def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `model` whose linear layers run in int8 on the CPU."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+#: Weights are quantised symmetrically per output channel to ±63, not ±127.
+WEIGHT_LEVELS = 63
 
+
+class FullRangeLinear(DynamicLinear):  # type: ignore[misc]  # untyped in torch
+    """torch's dynamic int8 linear layer, with its activations quantised to all 8 bits.
+
+    torch quantises a batch's activations to 7 bits (`reduce_range`), because x86's int8
+    multiply-add (AVX2 `vpmaddubsw`) sums two u8-by-s8 products into a saturating int16:
+    255·127·2 overflows it. With the weights at ±63 instead, 255·63·2 = 32,130 fits, and the
+    bit moves to where the error is: one scale per tensor of activations (with outliers after
+    GELU) against one per channel of weights. On multilingual-e5-small it takes the int8
+    vectors' cosine to the float ones from 0.988 to 0.99x, on all-MiniLM-L6-v2 from 0.972
+    to 0.991 (docs/performance.md).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = torch.ops.quantized.linear_dynamic(
+            x, self._packed_params._packed_params, reduce_range=False
+        )
+        return y.to(x.dtype)
+
+
+#: The share of an embedder's linear layers kept in float: those whose inputs have the most
+#: extreme outliers. On multilingual-e5-small that is 4 of 72 (the FFN down-projections of
+#: layers 4, 0, 5 and 1), which removes most of the vectors' int8 error for about 1 % of the
+#: speed (docs/performance.md#int8-embedder).
+FLOAT_SHARE = 0.05
+
+
+def outlier_layers(
+    model: torch.nn.Module, calibrate: Callable[[], object], share: float = FLOAT_SHARE
+) -> list[str]:
+    """Names of the `share` of `model`'s linear layers whose inputs peak furthest above their
+    RMS while `calibrate()` runs it: an int8 batch has one activation scale, so one outlier
+    coarsens every other value there."""
+    peaks: dict[str, tuple[float, float]] = {}
+
+    def record(name: str, _module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        values = inputs[0].detach().float()
+        peak, rms = float(values.abs().max()), float(values.pow(2).mean().sqrt())
+        seen = peaks.get(name, (0.0, 0.0))
+        peaks[name] = (max(seen[0], peak), max(seen[1], rms))
+
+    hooks = [
+        module.register_forward_pre_hook(partial(record, name))
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear)
+    ]
+    try:
+        calibrate()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    ratio = {name: peak / max(rms, 1e-12) for name, (peak, rms) in peaks.items()}
+    count = max(1, round(share * len(ratio))) if share > 0 and ratio else 0
+    return sorted(ratio, key=ratio.__getitem__, reverse=True)[:count]
+
+
+def quantize_int8(model: torch.nn.Module, keep_float: Collection[str] = ()) -> torch.nn.Module:
+    """A copy of `model` whose linear layers, but those named in `keep_float`, run in int8 on
+    the CPU (`FullRangeLinear`)."""
+    from torch.ao.quantization import QConfig, per_channel_dynamic_qconfig, quantize_dynamic
+    from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
+    qconfig = QConfig(
+        activation=per_channel_dynamic_qconfig.activation,
+        weight=PerChannelMinMaxObserver.with_args(
+            dtype=torch.qint8,
+            qscheme=torch.per_channel_symmetric,
+            quant_min=-WEIGHT_LEVELS,
+            quant_max=WEIGHT_LEVELS,
+        ),
+    )
     quantize: Any = quantize_dynamic  # untyped in torch
     with warnings.catch_warnings():
         # torch.ao's eager quantisation is deprecated in favour of torchao, which needs
         # torch.compile to be fast on CPUs; this path still works and needs nothing extra.
         warnings.simplefilter("ignore")
         quantized: torch.nn.Module = quantize(
-            model, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=False
+            model,
+            {
+                name: qconfig
+                for name, module in model.named_modules()
+                if isinstance(module, torch.nn.Linear) and name not in keep_float
+            },
+            mapping={torch.nn.Linear: FullRangeLinear},
+            inplace=False,
         )
     return quantized
+
+
+class Measured(Protocol):
+    @property
+    def level(self) -> float: ...
+
+
+MeasuredT = TypeVar("MeasuredT", bound=Measured)
+
+#: The settings prefix of each role's backend and agreement floor.
+ROLE_SETTINGS = {"embedding": "embed", "reranking": "rerank"}
+
+
+def checked_int8(
+    model: torch.nn.Module,
+    *,
+    role: str,
+    model_id: str,
+    device: str,
+    floor: float,
+    compare: Callable[[torch.nn.Module], MeasuredT],
+    keep_float: Collection[str] = (),
+) -> tuple[torch.nn.Module, MeasuredT]:
+    """`model` quantised but for the layers in `keep_float`, with how it agrees with the float
+    model (`compare` runs the calibration set through both); a `ModelLoadError` naming the
+    settings off the CPU, or when the agreement is below `floor`."""
+    prefix = ROLE_SETTINGS[role]
+    backend, threshold = env_name(f"{prefix}_backend"), env_name(f"{prefix}_min_agreement")
+    if device != "cpu":
+        raise ModelLoadError(
+            f"{backend}=int8 runs on the CPU only; set {backend}=torch on {device}"
+        )
+    quantized = quantize_int8(model, keep_float)
+    agreement = compare(quantized)
+    if agreement.level < floor:
+        raise ModelLoadError(
+            f"The int8 {role} model {model_id!r} is too far from the float one ({agreement}); "
+            f"{threshold} is {floor:g}. Set {backend}=torch, or lower {threshold} if that is "
+            f"acceptable."
+        )
+    return quantized, agreement
 
 
 def checked_agreement(

@@ -36,7 +36,8 @@ Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 #: How packed attention runs (`ragrank/packing.py`).
 VarlenAttention = Literal["auto", "flash-attn", "torch", "sdpa"]
 Packed = Literal["auto", "on", "off"]
-RerankBackend = Literal["torch", "int8"]
+#: How a model runs: as loaded, or with int8 linear layers on the CPU (`ragrank/quantization.py`).
+Backend = Literal["torch", "int8"]
 Switch = Literal["on", "off"]
 
 BATCHINGS: tuple[Batching, ...] = typing.get_args(Batching)
@@ -346,7 +347,7 @@ class Settings:
         shown="empty = the model card's: `Given a web search query, retrieve relevant passages "
         "that answer the query`",
     )
-    rerank_backend: RerankBackend = setting(
+    rerank_backend: Backend = setting(
         "torch",
         "`torch` runs the model as loaded; `int8` (CPU only, opt-in) quantises its linear layers,"
         " checked at start-up (see [performance](performance.md))",
@@ -355,6 +356,19 @@ class Settings:
         0.9,
         "least mean per-query Spearman correlation between int8 and float scores on the "
         "calibration set; below it the server refuses to start",
+        ge=-1.0,
+        le=1.0,
+    )
+    embed_backend: Backend = setting(
+        "torch",
+        "`torch` runs the embedder as loaded; `int8` (CPU only) quantises its linear layers, "
+        "checked at start-up, for indexing, queries and the eval; part of each document's stamp:"
+        " a change re-indexes (see [performance](performance.md#int8-embedder))",
+    )
+    embed_min_agreement: float = setting(
+        0.99,
+        "least mean cosine between int8 and float vectors of the calibration texts; below it "
+        "the embedder is refused",
         ge=-1.0,
         le=1.0,
     )

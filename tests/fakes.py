@@ -55,6 +55,7 @@ class FakeEmbedder:
     """Bag-of-words hashing into 64 dimensions: texts sharing words get similar vectors."""
 
     model_id = "fake-embedder"
+    backend = "torch"
     dimension = 64
     max_length = 512
     query_prefix = "query: "

@@ -7,18 +7,23 @@ best case: one global length sort, no store). The indexer then syncs the same do
 fresh embedded Qdrant (chunking, length-sorted batches, upserts, stamps), and a second sync
 shows what an unchanged run costs. The first sync is also run without BM25 sparse vectors
 (`sparse_overhead`: what they add to it), each variant `--repeat` times, alternated, the
-fastest counting (two cores shared with anything else are noisy). Models and device come from
-the usual RAGRANK_* settings.
+fastest counting (two cores shared with anything else are noisy). Then each of the dataset's
+queries (up to 200) is embedded alone, as a search embeds it, for the median latency. Models,
+device and backend come from the usual RAGRANK_* settings: compare the backends by running it
+once with each `RAGRANK_EMBED_BACKEND` (a process per backend, so each reports its own memory).
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import tempfile
 import time
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from eval.bench.options import IndexBenchOptions
 from indexing import Indexer, IndexSummary, read_documents
@@ -44,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = Settings.from_env(qdrant_url="", collection="bench")
     dense_only = base.replace(sparse="none", retrieval="dense")
     embedder = SentenceTransformerEmbedder.from_settings(base)
+    loaded_rss = _rss_mib()
     passages: list[str] = []
     raw_s = 0.0
     runs: dict[str, tuple[IndexSummary, IndexSummary]] = {}
@@ -73,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (first, second), (dense_first, _) = runs["with_sparse"], runs["dense_only"]
     figures = {
         "model": base.embed_model,
+        "embed_backend": base.embed_backend,
+        "int8_agreement": str(embedder.agreement) if embedder.agreement else None,
         "sparse": base.sparse,
         "documents": len(documents),
         "chunks": len(passages),
@@ -85,11 +93,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bm25_encode_s": round(sparse_s, 2),
         "unchanged_run_s": round(second.seconds, 2),
         "unchanged": second.unchanged,
+        "query_embed_ms_p50": _query_p50_ms(embedder, args.data),
+        "rss_after_load_mib": round(loaded_rss),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
     print(json.dumps(figures, indent=2))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
+
+
+def _query_p50_ms(embedder: SentenceTransformerEmbedder, data: Path, most: int = 200) -> float:
+    """Median milliseconds to embed one of the dataset's queries alone."""
+    queries = [document.text for document in islice(read_documents(data / "queries.jsonl"), most)]
+    embedder.embed_queries(queries[:8])  # warm-up
+    times = []
+    for query in queries:
+        started = time.perf_counter()
+        embedder.embed_queries([query])
+        times.append((time.perf_counter() - started) * 1000)
+    return round(float(np.median(times)), 2)
+
+
+def _rss_mib() -> float:
+    """The process's resident memory now (Linux), in MiB."""
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * resource.getpagesize() / 2**20
 
 
 if __name__ == "__main__":
