@@ -48,6 +48,7 @@ from ragrank.quantization import (
     checked_agreement,
     checked_int8,
     outlier_layers,
+    require_cpu,
     vector_agreement,
 )
 from ragrank.settings import Settings, default_prefixes, env_name
@@ -235,6 +236,7 @@ class SentenceTransformerEmbedder:
 
     def _use_int8(self, min_agreement: float) -> None:
         """Swap in the int8 encoder, if its vectors match the float encoder's."""
+        require_cpu("embedding", self._runner.device)
         float_encoder = self._encoder
         queries, passages = calibration_texts()
         reference: list[tuple[Vectors, Vectors]] = []

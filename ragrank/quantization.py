@@ -248,6 +248,15 @@ MeasuredT = TypeVar("MeasuredT", bound=Measured)
 ROLE_SETTINGS = {"embedding": "embed", "reranking": "rerank"}
 
 
+def require_cpu(role: str, device: str) -> None:
+    """A `ModelLoadError` naming the role's backend setting when `device` is not the CPU."""
+    backend = env_name(f"{ROLE_SETTINGS[role]}_backend")
+    if device != "cpu":
+        raise ModelLoadError(
+            f"{backend}=int8 runs on the CPU only; set {backend}=torch on {device}"
+        )
+
+
 def checked_int8(
     model: torch.nn.Module,
     *,
@@ -261,12 +270,9 @@ def checked_int8(
     """`model` quantised but for the layers in `keep_float`, with how it agrees with the float
     model (`compare` runs the calibration set through both); a `ModelLoadError` naming the
     settings off the CPU, or when the agreement is below `floor`."""
+    require_cpu(role, device)
     prefix = ROLE_SETTINGS[role]
     backend, threshold = env_name(f"{prefix}_backend"), env_name(f"{prefix}_min_agreement")
-    if device != "cpu":
-        raise ModelLoadError(
-            f"{backend}=int8 runs on the CPU only; set {backend}=torch on {device}"
-        )
     quantized = quantize_int8(model, keep_float)
     agreement = compare(quantized)
     if agreement.level < floor:

@@ -15,7 +15,14 @@ from indexing import Indexer
 from ragrank.documents import Document
 from ragrank.errors import ModelLoadError, SettingsError
 from ragrank.models import SentenceTransformerEmbedder
-from ragrank.quantization import VectorAgreement, calibration_texts, vector_agreement
+from ragrank.quantization import (
+    FullRangeLinear,
+    VectorAgreement,
+    calibration_texts,
+    outlier_layers,
+    quantize_int8,
+    vector_agreement,
+)
 from ragrank.settings import Settings
 from ragrank.store import open_store
 
@@ -162,3 +169,43 @@ def test_calibration_texts_span_the_sample():
 def test_the_backend_settings_are_checked(variable: str, value: str, message: str):
     with pytest.raises(SettingsError, match=message):
         Settings.from_env({variable: value})
+
+
+class TwoLayers(torch.nn.Module):
+    """Two linear layers; the second one's inputs carry one outlier feature."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain = torch.nn.Linear(8, 8)
+        self.spiky = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spikes = torch.zeros_like(x)
+        spikes[:, 0] = 100.0
+        return self.spiky(self.plain(x) + spikes)
+
+
+def test_the_layer_with_outlier_inputs_is_kept_in_float():
+    model = TwoLayers()
+    inputs = torch.randn(16, 8)
+    assert outlier_layers(model, lambda: model(inputs), share=0.5) == ["spiky"]
+    assert outlier_layers(model, lambda: model(inputs), share=1.0) == ["spiky", "plain"]
+    quantized = quantize_int8(model, keep_float=["spiky"])
+    assert isinstance(quantized.plain, FullRangeLinear)
+    assert type(quantized.spiky) is torch.nn.Linear
+    assert type(model.plain) is torch.nn.Linear, "the float model was changed"
+    with torch.inference_mode():
+        kept = torch.nn.functional.cosine_similarity(quantized(inputs), model(inputs)).min()
+        every = quantize_int8(model)
+        assert isinstance(every.spiky, FullRangeLinear)
+        all_int8 = torch.nn.functional.cosine_similarity(every(inputs), model(inputs)).min()
+    assert kept > all_int8
+
+
+def test_the_int8_embedder_keeps_its_outlier_layers_in_float(
+    int8_embedder: SentenceTransformerEmbedder,
+):
+    kept = int8_embedder.float_layers
+    assert len(kept) >= 1
+    for name in kept:
+        assert type(int8_embedder._encoder.get_submodule(name)) is torch.nn.Linear
