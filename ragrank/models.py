@@ -41,6 +41,7 @@ from ragrank.packing import (
     segment_mean,
 )
 from ragrank.quantization import (
+    INT8_RECIPE,
     Agreement,
     VectorAgreement,
     calibration_groups,
@@ -225,8 +226,8 @@ class SentenceTransformerEmbedder:
             can_pack=self._pooling is not None,
         )
         self.packed = self._runner.packed
-        #: `torch` or `int8`: part of the recipe of the vectors (the indexer's stamp).
-        self.backend = backend
+        #: `torch`, or the int8 recipe: part of the vectors' stamp and the eval's cache key.
+        self.backend = "torch"
         #: How the int8 backend's vectors match the float model's; None on the torch backend.
         self.agreement: VectorAgreement | None = None
         #: The linear layers the int8 backend keeps in float (`outlier_layers`).
@@ -263,8 +264,12 @@ class SentenceTransformerEmbedder:
             floor=min_agreement,
             compare=compare,
             keep_float=self.float_layers,
+            # The reference vectors are made: no float copy of the model (and of its word
+            # embeddings, most of an e5 model's memory) is needed beside the int8 one.
+            inplace=True,
         )
         self._set_encoder(quantized)
+        self.backend = INT8_RECIPE
         log.info(
             "embedder: int8 backend in use, %s kept in float; against float32: %s",
             ", ".join(self.float_layers) or "no layer",

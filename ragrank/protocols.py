@@ -27,7 +27,7 @@ class Embedder(Protocol):
     max_length: int
     query_prefix: str
     passage_prefix: str
-    #: How the model runs (`torch`, or `int8` on the CPU): its vectors differ slightly.
+    #: How the model runs: `torch`, or the int8 recipe on the CPU (its vectors differ slightly).
     backend: str
     #: Whether batches are packed without padding (the token budget then counts real tokens).
     packed: bool

@@ -157,8 +157,8 @@ class FullRangeLinear(DynamicLinear):  # type: ignore[misc]  # untyped in torch
     255·127·2 overflows it. With the weights at ±63 instead, 255·63·2 = 32,130 fits, and the
     bit moves to where the error is: one scale per tensor of activations (with outliers after
     GELU) against one per channel of weights. On multilingual-e5-small it takes the int8
-    vectors' cosine to the float ones from 0.988 to 0.99x, on all-MiniLM-L6-v2 from 0.972
-    to 0.991 (docs/performance.md).
+    vectors' mean cosine to the float ones from 0.988 to 0.996, on all-MiniLM-L6-v2 from
+    0.972 to 0.992 (docs/performance.md#int8-embedder).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -168,10 +168,15 @@ class FullRangeLinear(DynamicLinear):  # type: ignore[misc]  # untyped in torch
         return y.to(x.dtype)
 
 
+#: What `quantize_int8` and `outlier_layers` make of an embedder, as its vectors' recipe
+#: records it (the document stamp, the eval's cache key): a new recipe re-embeds.
+INT8_RECIPE = "int8:w63-a8:float-outliers-5%"
+
 #: The share of an embedder's linear layers kept in float: those whose inputs have the most
 #: extreme outliers. On multilingual-e5-small that is 4 of 72 (the FFN down-projections of
-#: layers 4, 0, 5 and 1), which removes most of the vectors' int8 error for about 1 % of the
-#: speed (docs/performance.md#int8-embedder).
+#: layers 4, 0, 5 and 1): the vectors' mean cosine to the float ones rises from 0.996 to
+#: 0.998, and those layers take about a tenth of the int8 forward's time at 256-token chunks
+#: (docs/performance.md#int8-embedder).
 FLOAT_SHARE = 0.05
 
 
@@ -204,9 +209,11 @@ def outlier_layers(
     return sorted(ratio, key=ratio.__getitem__, reverse=True)[:count]
 
 
-def quantize_int8(model: torch.nn.Module, keep_float: Collection[str] = ()) -> torch.nn.Module:
-    """A copy of `model` whose linear layers, but those named in `keep_float`, run in int8 on
-    the CPU (`FullRangeLinear`)."""
+def quantize_int8(
+    model: torch.nn.Module, keep_float: Collection[str] = (), *, inplace: bool = False
+) -> torch.nn.Module:
+    """A copy of `model` (or `model` itself, `inplace`) whose linear layers, but those named in
+    `keep_float`, run in int8 on the CPU (`FullRangeLinear`)."""
     from torch.ao.quantization import QConfig, per_channel_dynamic_qconfig, quantize_dynamic
     from torch.ao.quantization.observer import PerChannelMinMaxObserver
 
@@ -232,7 +239,7 @@ def quantize_int8(model: torch.nn.Module, keep_float: Collection[str] = ()) -> t
                 if isinstance(module, torch.nn.Linear) and name not in keep_float
             },
             mapping={torch.nn.Linear: FullRangeLinear},
-            inplace=False,
+            inplace=inplace,
         )
     return quantized
 
@@ -266,14 +273,16 @@ def checked_int8(
     floor: float,
     compare: Callable[[torch.nn.Module], MeasuredT],
     keep_float: Collection[str] = (),
+    inplace: bool = False,
 ) -> tuple[torch.nn.Module, MeasuredT]:
     """`model` quantised but for the layers in `keep_float`, with how it agrees with the float
-    model (`compare` runs the calibration set through both); a `ModelLoadError` naming the
-    settings off the CPU, or when the agreement is below `floor`."""
+    model (`compare` runs the calibration set through both, or through the quantised one only
+    when `inplace` leaves no float model); a `ModelLoadError` naming the settings off the CPU,
+    or when the agreement is below `floor`."""
     require_cpu(role, device)
     prefix = ROLE_SETTINGS[role]
     backend, threshold = env_name(f"{prefix}_backend"), env_name(f"{prefix}_min_agreement")
-    quantized = quantize_int8(model, keep_float)
+    quantized = quantize_int8(model, keep_float, inplace=inplace)
     agreement = compare(quantized)
     if agreement.level < floor:
         raise ModelLoadError(

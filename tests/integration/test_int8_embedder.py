@@ -16,6 +16,7 @@ from ragrank.documents import Document
 from ragrank.errors import ModelLoadError, SettingsError
 from ragrank.models import SentenceTransformerEmbedder
 from ragrank.quantization import (
+    INT8_RECIPE,
     FullRangeLinear,
     VectorAgreement,
     calibration_texts,
@@ -61,6 +62,7 @@ def test_int8_vectors_agree_with_the_float_model(
     agreement = int8_embedder.agreement
     assert agreement is not None and agreement.texts == 32 and agreement.mean_cosine >= FLOOR
     assert embedder.agreement is None
+    assert (embedder.backend, int8_embedder.backend) == ("torch", INT8_RECIPE)
 
 
 def test_the_floor_fails_on_vectors_that_moved(embedder: SentenceTransformerEmbedder):
