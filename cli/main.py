@@ -162,7 +162,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _index(args: argparse.Namespace) -> int:
     from indexing import Indexer, read_documents
-    from ragrank.models import SentenceTransformerEmbedder
+    from ragrank.backends.models import SentenceTransformerEmbedder
     from ragrank.store import open_store
 
     settings = settings_from_args(args)
@@ -188,7 +188,7 @@ def _worker(args: argparse.Namespace) -> int:
     import threading
 
     from indexing import Worker, open_job_queue
-    from ragrank.models import SentenceTransformerEmbedder
+    from ragrank.backends.models import SentenceTransformerEmbedder
     from ragrank.store import open_store
 
     settings = settings_from_args(args)

@@ -18,9 +18,9 @@ from eval.exact import faiss_build
 from eval.report import build_report, print_table, write_report
 from eval.suite import StoreFactory, evaluate_datasets
 from eval.systems import TOP_K, plan
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.sparse import sparse_encoder
 from ragrank.store import EdgeStore, IndexTuning, Store, open_store, sparse_stamp
 

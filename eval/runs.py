@@ -12,9 +12,10 @@ import numpy as np
 from tqdm import tqdm
 
 from ragrank.documents import Chunk, Document
+from ragrank.engine import cut, longest_first
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from eval.exact import ExactIndex
     from eval.metrics import Run
@@ -81,8 +82,9 @@ def rerank_run(
 
     lengths = [len(item) for item in inputs]
     logits = np.empty(len(inputs), dtype=np.float32)
-    order = sorted(range(len(inputs)), key=lengths.__getitem__)
-    batches = list(token_batches(order, lengths, batch_size, batch_tokens, packed=scorer.packed))
+    order = longest_first(lengths)
+    runs = cut([lengths[i] for i in order], batch_size, batch_tokens, packed=scorer.packed)
+    batches = [order[run] for run in runs]
     with (
         tqdm(total=len(inputs), desc="reranking", unit="pair", disable=not progress) as bar,
         ThreadPoolExecutor(1, thread_name_prefix="ragrank-host") as host,
@@ -108,25 +110,6 @@ def rerank_run(
         floor = min(scores.values(), default=0.0)
         scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
     return best, len(inputs)
-
-
-def token_batches(
-    order: Sequence[int], lengths: Sequence[int], size: int, tokens: int, *, packed: bool
-) -> Iterator[list[int]]:
-    """Consecutive runs of `order` (ascending length) within both limits; the cost is the
-    sum of lengths when packed, else the longest (last) pair's length times the batch's size."""
-    batch: list[int] = []
-    total = 0
-    for index in order:
-        grown = len(batch) + 1
-        cost = total + lengths[index] if packed else lengths[index] * grown
-        if batch and (grown > size or cost > tokens):
-            yield batch
-            batch, total = [], 0
-        batch.append(index)
-        total += lengths[index]
-    if batch:
-        yield batch
 
 
 def index_corpus(

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.errors import ModelLoadError
 from ragrank.loading import error_summary, local_model_folder
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings, env_name
 
 #: (role, settings field) of every model the configuration names.

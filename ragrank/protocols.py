@@ -1,6 +1,6 @@
 """The two model roles as Protocols, with their aliases: an embedder (bi-encoder) and a scorer
 (cross-encoder). Torch-free, so that modules needing only these types stay light; the real
-implementations live in `ragrank.models`."""
+implementations live in `ragrank.backends.models`."""
 
 from __future__ import annotations
 
@@ -52,6 +52,18 @@ class Embedder(Protocol):
         """One forward pass over a collated batch (model thread)."""
         ...
 
+    def launch(self, batch: Any) -> Any:
+        """`forward` without waiting for the vectors to reach the host (model thread)."""
+        ...
+
+    def fetch(self, launched: Any) -> Vectors:
+        """The vectors of a `launch`ed pass, waited for on the host."""
+        ...
+
+    def warm_up(self, batch_items: int, batch_tokens: int) -> int:
+        """Run representative shapes once before serving; returns the forward passes run."""
+        ...
+
 
 class Scorer(Protocol):
     """A cross-encoder: one relevance logit per (query, passage) pair."""
@@ -78,6 +90,18 @@ class Scorer(Protocol):
 
     def forward(self, batch: Any) -> NDArray[np.float32]:
         """One forward pass over a collated batch: the float32 logit of each input."""
+        ...
+
+    def launch(self, batch: Any) -> Any:
+        """`forward` without waiting for the logits to reach the host (model thread)."""
+        ...
+
+    def fetch(self, launched: Any) -> NDArray[np.float32]:
+        """The logits of a `launch`ed pass, waited for on the host."""
+        ...
+
+    def warm_up(self, batch_items: int, batch_tokens: int) -> int:
+        """Run representative shapes once before serving; returns the forward passes run."""
         ...
 
 

@@ -21,8 +21,8 @@ ENV_PREFIX = "RAGRANK_"
 
 # The choices of each enumerated setting, once: the field's type, and the tuple other modules
 # read (the batching engine, the packed forward, the device, the eval's options).
-#: The batching policies of `server/batching.py`.
-Batching = Literal["sorted", "arrival", "request"]
+#: The batching policies of `ragrank/engine/scheduling.py`.
+Batching = Literal["continuous", "window", "arrival", "request"]
 #: `auto` writes JSON lines unless stderr is a terminal (see `ragrank/logs.py`).
 LogFormat = Literal["auto", "json", "text"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -33,10 +33,11 @@ Retrieval = Literal["dense", "sparse", "hybrid"]
 FusionKind = Literal["rrf", "dbsf"]
 #: The floating-point type of the models' forward passes.
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
-#: How packed attention runs (`ragrank/packing.py`).
+#: How packed attention runs (`ragrank/backends/packing.py`).
 VarlenAttention = Literal["auto", "flash-attn", "torch", "sdpa"]
 Packed = Literal["auto", "on", "off"]
-#: How a model runs: as loaded, or with int8 linear layers on the CPU (`ragrank/quantization.py`).
+#: How a model runs: as loaded, or with int8 linear layers on the CPU
+#: (`ragrank/backends/quantization.py`).
 Backend = Literal["torch", "int8"]
 Switch = Literal["on", "off"]
 
@@ -402,10 +403,17 @@ class Settings:
         ge=0,
     )
     batching: Batching = setting(
-        "sorted",
-        "`sorted`: items of all waiting requests, longest first, under the token budget; "
-        "`arrival`: the same in arrival order; `request`: no sharing across requests (the last "
-        "two are baselines for `ragrank bench`)",
+        "continuous",
+        "`continuous`: each batch is formed as the device frees up, from the oldest waiting "
+        "requests, so requests finish as their own batches do; `window`: everything waiting, "
+        "sorted longest first across requests and answered when the window's last batch ends; "
+        "`arrival`: a window in arrival order; `request`: no sharing across requests (the last "
+        "three are baselines for the benchmarks)",
+    )
+    warmup: Switch = setting(
+        "on",
+        "run each served model over representative shapes before `/ready` turns 200, so the "
+        "first request does not pay for the device's start (kernels, allocator)",
     )
     batch_wait_ms: int = setting(
         5, "how long a batch waits for concurrent requests to join it", ge=0

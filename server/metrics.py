@@ -23,7 +23,7 @@ from ragrank.errors import JobQueueUnavailableError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from server.batching import BatchEngine, BatchStats
+    from ragrank.engine import BatchEngine, BatchStats
 
 #: Each engine is one role ("embed", "rerank") of one served model.
 _ENGINE = ["engine", "model"]
@@ -59,6 +59,24 @@ FORWARD_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 QUEUE_DEPTH = Gauge("ragrank_queue_depth", "Items waiting for a forward pass", _ENGINE)
+STAGE_SECONDS = Counter(
+    "ragrank_stage_seconds",
+    "Seconds spent in each stage of a request's items (queue_wait: each batch's mean wait)",
+    [*_ENGINE, "stage"],
+)
+DEVICE_BUSY = Counter(
+    "ragrank_device_busy_seconds", "Seconds the model ran forward passes", _ENGINE
+)
+DEVICE_IDLE = Counter(
+    "ragrank_device_idle_seconds",
+    "Seconds no forward pass ran while work waited for one (host work, convoys)",
+    _ENGINE,
+)
+IDLE_SHARE = Gauge(
+    "ragrank_device_idle_share",
+    "Of the last minute's time with work waiting, the share in which no forward pass ran",
+    _ENGINE,
+)
 RERANK_FALLBACKS = Counter(
     "ragrank_rerank_fallbacks_total",
     "Searches with rerank=auto answered in cosine order, by the reranker's error code",
@@ -79,6 +97,8 @@ ERRORS = Counter(
 
 def observe(stats: BatchStats) -> None:
     labels = {"engine": stats.engine, "model": stats.model}
+    for stage, seconds in stats.stages.items():
+        STAGE_SECONDS.labels(**labels, stage=stage).inc(seconds)
     BATCH_ITEMS.labels(**labels).observe(stats.items)
     BATCH_REQUESTS.labels(**labels).observe(stats.requests)
     BATCH_TOKENS.labels(**labels).observe(stats.padded_tokens)
@@ -89,9 +109,21 @@ def observe(stats: BatchStats) -> None:
 def instrument(engine: BatchEngine[Any, Any, Any]) -> None:
     """Report `engine`'s batches and queue depth."""
     engine.on_batch.append(observe)
-    QUEUE_DEPTH.labels(engine=engine.name, model=engine.model).set_function(
-        lambda: engine.queue_depth
-    )
+    labels = {"engine": engine.name, "model": engine.model}
+    QUEUE_DEPTH.labels(**labels).set_function(lambda: engine.queue_depth)
+    IDLE_SHARE.labels(**labels).set_function(engine.clock.idle_share)
+    busy, idle = DEVICE_BUSY.labels(**labels), DEVICE_IDLE.labels(**labels)
+    tokenise = STAGE_SECONDS.labels(**labels, stage="tokenise")
+    counted = [0.0, 0.0, 0.0]
+
+    def clocked(_: BatchStats) -> None:
+        """The engine's running totals, as counters: what grew since the last batch."""
+        now = [engine.clock.busy_s, engine.clock.idle_s, engine.totals.snapshot()["tokenise"]]
+        for counter, value, before in zip((busy, idle, tokenise), now, counted, strict=True):
+            counter.inc(max(0.0, value - before))
+        counted[:] = now
+
+    engine.on_batch.append(clocked)
 
 
 def instrument_jobs(states: Callable[[], Mapping[str, int]]) -> None:

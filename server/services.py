@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragrank.device import batch_limits, resolve_placement
+from ragrank.engine import BatchEngine, DeviceTurns, EngineLimits
 from ragrank.errors import (
     EngineUnavailableError,
     InvalidRequestError,
@@ -32,7 +33,6 @@ from ragrank.sparse import SparseEncoder, SparseQuery, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
 from ragrank.store.maintenance import indexed_sparse_encoder
 from ragrank.tokens import WindowPlan
-from server.batching import BatchEngine, DeviceTurns, EngineLimits
 from server.metrics import RERANK_FALLBACKS
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class Services:
     def load(cls, settings: Settings) -> Services:
         """Check that the served models fit the device, load them, and open the store; the
         collection is created if missing."""
-        from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+        from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 
         placement = resolve_placement(settings.device, settings.dtype)
         dtype = str(placement.dtype).removeprefix("torch.")
@@ -220,6 +220,7 @@ class SearchService:
 
     def __init__(self, services: Services, settings: Settings) -> None:
         self.services = services
+        self._warmup = settings.warmup == "on"
         self._retrieval = settings.retrieval
         self._fusion = Fusion(
             settings.fusion,
@@ -256,7 +257,8 @@ class SearchService:
             return BatchEngine(
                 "embed",
                 collate=embedder.collate,
-                run=lambda batch: list(embedder.forward(batch)),
+                run=embedder.launch,
+                fetch=lambda launched: list(embedder.fetch(launched)),
                 limits=limits(
                     settings.embed_batch_size, settings.embed_batch_tokens, packed=embedder.packed
                 ),
@@ -270,7 +272,8 @@ class SearchService:
             return BatchEngine(
                 "rerank",
                 collate=scorer.collate,
-                run=lambda batch: [float(logit) for logit in scorer.forward(batch)],
+                run=scorer.launch,
+                fetch=lambda launched: scorer.fetch(launched).tolist(),
                 limits=limits(
                     settings.rerank_batch_size, settings.rerank_batch_tokens, packed=scorer.packed
                 ),
@@ -310,9 +313,32 @@ class SearchService:
         return served, self.embed_engines[served.name]
 
     async def __aenter__(self) -> SearchService:
+        if self._warmup:
+            await asyncio.to_thread(self.warm_up)
         for engine in self.engines:
             engine.start()
         return self
+
+    def warm_up(self) -> dict[str, float]:
+        """Each served model's forward over representative shapes, before readiness: a GPU's
+        first request then pays no CUDA start (context, kernels, allocator). Seconds by model."""
+        spent: dict[str, float] = {}
+        served: list[tuple[str, Embedder | Scorer, BatchEngine[Any, Any, Any]]] = [
+            *(
+                (f"embed {s.name}", s.model, self.embed_engines[s.name])
+                for s in self.services.embedders
+            ),
+            *(
+                (f"rerank {s.name}", s.model, self.score_engines[s.name])
+                for s in self.services.rerankers
+            ),
+        ]
+        for label, model, engine in served:
+            started = time.perf_counter()
+            passes = model.warm_up(engine.limits.max_batch_size, engine.limits.max_batch_tokens)
+            spent[label] = time.perf_counter() - started
+            log.info("warm-up: %s, %d forward passes in %.2f s", label, passes, spent[label])
+        return spent
 
     async def __aexit__(self, *_: object) -> None:
         for engine in self.engines:

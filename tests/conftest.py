@@ -17,8 +17,8 @@ from litestar.testing import AsyncTestClient
 from eval.bench.harness import tiny_model
 from eval.random_models import sample_tokenizer
 from ragrank import SAMPLE_DATASET
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.beir import load_beir
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store

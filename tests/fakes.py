@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,7 +51,24 @@ class _Vocabulary:
         return " ".join(self._words[i] for i in ids)
 
 
-class FakeEmbedder:
+class _Launches:
+    """The fakes launch and fetch in one step (a CPU model's forward is synchronous), and
+    count their warm-ups without running any pass."""
+
+    warm_ups = 0
+
+    def launch(self, batch: Any) -> Any:
+        return self.forward(batch)  # type: ignore[attr-defined]
+
+    def fetch(self, launched: Any) -> Any:
+        return launched
+
+    def warm_up(self, batch_items: int, batch_tokens: int) -> int:
+        self.warm_ups += 1
+        return 0
+
+
+class FakeEmbedder(_Launches):
     """Bag-of-words hashing into 64 dimensions: texts sharing words get similar vectors."""
 
     model_id = "fake-embedder"
@@ -95,7 +112,7 @@ class FakeEmbedder:
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-class FakeScorer:
+class FakeScorer(_Launches):
     """Scores a passage by its length, so the reranked order is known in advance."""
 
     model_id = "fake-scorer"

@@ -20,9 +20,9 @@ from rich.console import Console
 
 from eval.bench.options import ExactBenchOptions
 from eval.exact import ExactIndex, faiss_build
+from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
-from ragrank.models import SentenceTransformerEmbedder
 from ragrank.options import parse_options
 
 if TYPE_CHECKING:

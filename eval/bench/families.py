@@ -165,7 +165,7 @@ def family_rates(
 ) -> dict[str, Any]:
     """Pairs/s of each family's forward passes on `requests` (windowed, collated beforehand),
     with the mean tokens per input and the parameter count."""
-    from ragrank.models import CrossEncoderScorer
+    from ragrank.backends.models import CrossEncoderScorer
 
     packed = placement.device.startswith("cuda")
     budget = batch_limits(placement)[1]

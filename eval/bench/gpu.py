@@ -47,9 +47,9 @@ from eval.bench.harness import (
 )
 from eval.bench.options import SHARED_DIR, XLMR_TOKENIZER, GpuOptions, bench_data
 from eval.bench.rates import forward_rate, scifact_requests, timed
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.beir import load_beir
 from ragrank.device import Placement, resolve_placement
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.options import parse_options
 from ragrank.settings import VARLEN_BACKENDS
 

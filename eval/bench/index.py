@@ -27,7 +27,7 @@ import numpy as np
 
 from eval.bench.options import IndexBenchOptions
 from indexing import Indexer, IndexSummary, read_documents
-from ragrank.models import SentenceTransformerEmbedder
+from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.options import parse_options
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder

@@ -46,9 +46,9 @@ from eval.bench.harness import (
     small_embedder,
 )
 from eval.bench.options import BenchOptions, bench_data
+from ragrank.backends.models import CrossEncoderScorer
 from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
-from ragrank.models import CrossEncoderScorer
 from ragrank.options import parse_options
 
 if TYPE_CHECKING:

@@ -24,10 +24,10 @@ import torch
 from eval.bench.harness import free_port, ragrank_command, server_process
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
+from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
 from ragrank.errors import RagrankError
-from ragrank.models import SentenceTransformerEmbedder
 from ragrank.options import option, parse_options
 from ragrank.settings import Settings, env_name
 from ragrank.store import open_store

@@ -34,8 +34,8 @@ from urllib.parse import urlsplit, urlunsplit
 from eval.bench.options import QueueBenchOptions
 from eval.random_models import save_tiny_model
 from indexing import Indexer, PostgresJobQueue, SqliteJobQueue, Worker
+from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.documents import Document
-from ragrank.models import SentenceTransformerEmbedder
 from ragrank.options import parse_options
 from ragrank.settings import Settings
 from ragrank.store import open_store

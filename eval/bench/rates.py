@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from eval.runs import token_batches
 from ragrank.beir import load_beir
+from ragrank.engine import cut, longest_first
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+    from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
     from ragrank.tokens import ModelInput
 
 
@@ -46,10 +46,10 @@ def forward_rate(
     """Sequences/s of the forward passes alone (length-sorted batches under the token budget,
     collated beforehand)."""
     lengths = [len(item) for item in inputs]
-    order = sorted(range(len(inputs)), key=lengths.__getitem__)
+    order = longest_first(lengths)
     collated = [
-        model.collate([inputs[i] for i in batch], packed=packed)
-        for batch in token_batches(order, lengths, 4096, budget, packed=packed)
+        model.collate([inputs[order[i]] for i in range(run.start, run.stop)], packed=packed)
+        for run in cut([lengths[i] for i in order], 4096, budget, packed=packed)
     ]
     model.forward(collated[0])  # warm-up
     seconds = timed(lambda: [model.forward(batch) for batch in collated], device)

@@ -25,9 +25,9 @@ from eval.finetune.data import (
 )
 from eval.finetune.report import TrainingOutcome, write_report
 from eval.metrics import Run, score_run
+from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.device import resolve_placement
 from ragrank.errors import SettingsError
-from ragrank.models import SentenceTransformerEmbedder
 from ragrank.settings import Settings, env_name
 
 if TYPE_CHECKING:

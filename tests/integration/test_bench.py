@@ -13,8 +13,8 @@ from cli import main
 from eval.bench.harness import RunResult
 from eval.bench.load import _ratio, build_workload, measure_ceiling
 from ragrank import SAMPLE_DATASET
+from ragrank.backends.models import CrossEncoderScorer
 from ragrank.device import Placement
-from ragrank.models import CrossEncoderScorer
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.device import resolve_placement
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
 
 

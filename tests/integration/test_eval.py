@@ -510,7 +510,7 @@ def test_eval_runs_on_cuda_and_matches_the_cpu_ranking(
     tmp_path: Path, tiny_embedder_path, tiny_reranker_path
 ):
     """Half precision on the GPU (bf16 where it has it), faiss on the GPU too."""
-    from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
+    from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 
     root = tmp_path / "known"
     write_collection(root)

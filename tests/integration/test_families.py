@@ -19,11 +19,11 @@ from eval.random_models import (
     save_tiny_family,
     tiny_qwen3_config,
 )
+from ragrank.backends.families import DEFAULT_INSTRUCTION, FAMILIES, default_prompt
+from ragrank.backends.models import CrossEncoderScorer
+from ragrank.backends.packing import PackedBatch, PaddedBatch
 from ragrank.device import Placement
 from ragrank.errors import ModelLoadError
-from ragrank.families import DEFAULT_INSTRUCTION, FAMILIES, default_prompt
-from ragrank.models import CrossEncoderScorer
-from ragrank.packing import PackedBatch, PaddedBatch
 
 if TYPE_CHECKING:
     from pathlib import Path

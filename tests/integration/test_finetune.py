@@ -18,9 +18,9 @@ from eval.finetune.data import TrainingData
 from eval.finetune.reranker import _rows, load_base
 from eval.options import FinetuneOptions
 from ragrank import SAMPLE_DATASET
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.beir import load_beir, load_qrels
 from ragrank.errors import ModelLoadError
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.settings import Settings
 from server import Services, create_app
 

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 from cli import main
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
+from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.beir import load_beir
-from ragrank.models import SentenceTransformerEmbedder
 from ragrank.store import open_store
 
 if TYPE_CHECKING:

@@ -9,13 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-import ragrank.models
+import ragrank.backends.models
 from eval.embedding_cache import cache_key
 from indexing import Indexer
-from ragrank.documents import Document
-from ragrank.errors import ModelLoadError, SettingsError
-from ragrank.models import SentenceTransformerEmbedder
-from ragrank.quantization import (
+from ragrank.backends.models import SentenceTransformerEmbedder
+from ragrank.backends.quantization import (
     INT8_RECIPE,
     FullRangeLinear,
     VectorAgreement,
@@ -24,6 +22,8 @@ from ragrank.quantization import (
     quantize_int8,
     vector_agreement,
 )
+from ragrank.documents import Document
+from ragrank.errors import ModelLoadError, SettingsError
 from ragrank.settings import Settings
 from ragrank.store import open_store
 
@@ -84,7 +84,7 @@ def test_an_int8_embedder_below_the_floor_is_refused(
     tiny_embedder_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     poor = VectorAgreement(texts=32, mean_cosine=0.95, min_cosine=0.9, top1=0.5)
-    monkeypatch.setattr(ragrank.models, "vector_agreement", lambda *_: poor)
+    monkeypatch.setattr(ragrank.backends.models, "vector_agreement", lambda *_: poor)
     with pytest.raises(ModelLoadError) as error:
         SentenceTransformerEmbedder.from_settings(
             Settings(embed_model=str(tiny_embedder_path), device="cpu", embed_backend="int8")

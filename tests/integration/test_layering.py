@@ -41,4 +41,4 @@ def test_the_command_line_parser_loads_no_model_code():
 
 
 def test_the_probe_sees_torch_when_it_is_imported():
-    assert "torch" in _loaded("import ragrank.models")
+    assert "torch" in _loaded("import ragrank.backends.models")

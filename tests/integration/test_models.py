@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.device import resolve_placement
 from ragrank.errors import ModelLoadError
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.protocols import relevance
 from ragrank.settings import Settings
 
@@ -141,8 +141,8 @@ def test_test_models_build_without_the_shared_tokenizer(tmp_path: Path):
 def test_cuda_failures_become_the_errors_the_engine_acts_on():
     import torch
 
+    from ragrank.backends.models import _device_errors
     from ragrank.errors import BatchTooLargeError, ModelFailedError
-    from ragrank.models import _device_errors
 
     with pytest.raises(BatchTooLargeError), _device_errors():
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -156,7 +156,7 @@ async def test_the_engine_splits_a_real_scorer_batch_on_simulated_oom(scorer, mo
     """The real model path: out-of-memory on batches over 3 pairs; every score still arrives."""
     import torch
 
-    from server.batching import BatchEngine, EngineLimits
+    from ragrank.engine import BatchEngine, EngineLimits
 
     pairs = [("query", f"passage number {i} " + "x " * i) for i in range(10)]
     expected = scorer.score_pairs(pairs)

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from eval.random_models import load_tokenizer, save_random_model
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.backends.packing import PackedBatch, PaddedBatch, collate_padded
 from ragrank.device import Placement
-from ragrank.models import CrossEncoderScorer, SentenceTransformerEmbedder
-from ragrank.packing import PackedBatch, PaddedBatch, collate_padded
 from tests.conftest import SHARED_MODELS
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def test_an_unknown_architecture_falls_back_to_padded_batches_logged_once(
     folder = save_random_model(
         "reranker", config, AutoTokenizer.from_pretrained(str(tiny_reranker_path)), tmp_path / "m"
     )
-    with caplog.at_level(logging.WARNING, logger="ragrank.models"):
+    with caplog.at_level(logging.WARNING, logger="ragrank.backends.models"):
         scorer = CrossEncoderScorer(str(folder), placement=CPU, packed="on")
         logits = [scorer.score("q", PASSAGES) for _ in range(3)]
     assert not scorer.packed

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from playwright.sync_api import Browser, Page, Route
 
-    from ragrank.models import SentenceTransformerEmbedder
+    from ragrank.backends.models import SentenceTransformerEmbedder
 
 KEY = "playground-browser-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-import ragrank.models
+import ragrank.backends.models
+from ragrank.backends.models import CrossEncoderScorer
+from ragrank.backends.quantization import Agreement, calibration_groups, rank_agreement
 from ragrank.device import resolve_placement
 from ragrank.errors import ModelLoadError, SettingsError
-from ragrank.models import CrossEncoderScorer
-from ragrank.quantization import Agreement, calibration_groups, rank_agreement
 from ragrank.settings import Settings
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def test_int8_backend_is_refused_below_the_agreement_threshold(
     poor = Agreement(
         queries=8, pairs=96, mean_spearman=0.4, min_spearman=0.1, top1=0.5, max_abs_diff=1.0
     )
-    monkeypatch.setattr(ragrank.models, "checked_agreement", lambda *_: poor)
+    monkeypatch.setattr(ragrank.backends.models, "checked_agreement", lambda *_: poor)
     with pytest.raises(ModelLoadError) as error:
         CrossEncoderScorer(
             str(tiny_reranker_path),

@@ -11,9 +11,9 @@ import torch
 from litestar.testing import TestClient
 
 from eval.random_models import save_tiny_family
+from ragrank.backends.models import CrossEncoderScorer
 from ragrank.errors import ModelLoadError
 from ragrank.memory import weights_bytes
-from ragrank.models import CrossEncoderScorer
 from server import Services, create_app
 from tests.conftest import tiny_settings
 

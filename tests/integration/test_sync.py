@@ -15,8 +15,8 @@ import pytest
 
 from indexing import Indexer
 from indexing.sources import read_documents
+from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.documents import Document
-from ragrank.models import SentenceTransformerEmbedder
 from ragrank.store import DocumentStamp, Store, open_store
 
 if TYPE_CHECKING:

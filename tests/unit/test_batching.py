@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ragrank.engine import BatchEngine, BatchStats, DeviceTurns, EngineLimits
 from ragrank.errors import (
     BatchTooLargeError,
     EngineUnavailableError,
@@ -19,7 +20,6 @@ from ragrank.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from server.batching import BatchEngine, BatchStats, DeviceTurns, EngineLimits
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -107,14 +107,94 @@ async def test_request_policy_never_mixes_requests_in_a_batch():
     await engine.stop()
 
 
-async def test_sorted_policy_sorts_across_requests():
+async def test_window_policy_sorts_across_requests():
     model = Model()
-    engine, stats = _engine(model, max_batch_size=2)
+    engine, stats = _engine(model, max_batch_size=2, policy="window")
     requests = [[1, 9], [8, 2], [3, 7]]
     # All three requests are queued before the consumer wakes.
     await asyncio.gather(*(engine.submit(items) for items in requests))
     assert model.batches == [[9, 8], [7, 3], [2, 1]]
     assert [s.requests for s in stats] == [2, 1, 2]
+    await engine.stop()
+
+
+async def test_continuous_policy_runs_the_oldest_item_first_with_others_of_its_length():
+    model = Model()
+    engine, _ = _engine(model, max_batch_size=2)
+    requests = [[1, 9], [8, 2], [3, 7]]
+    await asyncio.gather(*(engine.submit(items) for items in requests))
+    # The oldest item (1) runs first, with the nearest length of the look-ahead (2).
+    assert model.batches[0] == [2, 1]
+    assert sorted(map(sorted, model.batches)) == [[1, 2], [3, 7], [8, 9]]
+    await engine.stop()
+
+
+@pytest.mark.parametrize(("policy", "progressive"), [("continuous", True), ("window", False)])
+async def test_under_closed_loop_load_requests_finish_batch_by_batch(
+    policy: str, progressive: bool
+):
+    """Clients that send again once answered: the continuous engine answers requests in most
+    batches, a window engine only when its window's last batch ends (a convoy)."""
+
+    def run(items: Sequence[int]) -> list[int]:
+        time.sleep(0.002)  # the device works for a while
+        return [item * 10 for item in items]
+
+    stats: list[BatchStats] = []
+    engine: BatchEngine[int, list[int], int] = BatchEngine(
+        "closed-loop",
+        collate=list,
+        run=run,
+        length=int,
+        limits=EngineLimits(4, 10_000, max_wait_ms=1.0, policy=policy),  # type: ignore[arg-type]
+        on_batch=[stats.append],
+    )
+    engine.start()
+    rng = random.Random(3)
+
+    async def client() -> None:
+        for _ in range(4):
+            items = [rng.randint(1, 60) for _ in range(4)]
+            assert await engine.submit(items) == [i * 10 for i in items]
+
+    await asyncio.gather(*(client() for _ in range(8)))
+    finishing = sum(1 for s in stats if s.finished)
+    assert sum(s.finished for s in stats) == 32
+    assert (finishing > len(stats) / 2) is progressive, [s.finished for s in stats]
+    await engine.stop()
+
+
+async def test_each_batch_reports_its_stages_and_the_device_clock_counts_it():
+    model = Model()
+    engine, stats = _engine(model, max_batch_size=2)
+    await engine.prepare(sum, [1, 2])
+    await engine.submit([5, 4, 3])
+    assert {"queue_wait", "collate", "h2d", "forward", "d2h", "answer"} <= set(stats[0].stages)
+    assert all(value >= 0 for s in stats for value in s.stages.values())
+    totals = engine.totals.snapshot()
+    assert totals["tokenise"] > 0 and totals["forward"] > 0
+    assert engine.clock.busy_s > 0
+    await engine.stop()
+
+
+async def test_a_fetched_pass_is_read_back_off_the_model_thread():
+    threads: list[str] = []
+
+    def fetch(launched: list[int]) -> list[int]:
+        threads.append(threading.current_thread().name)
+        return [item * 10 for item in launched]
+
+    engine: BatchEngine[int, list[int], int] = BatchEngine(
+        "fetching",
+        collate=list,
+        run=list,
+        fetch=fetch,
+        length=int,
+        limits=EngineLimits(4, 1000, max_wait_ms=0.0),
+    )
+    engine.start()
+    assert await engine.submit([1, 2, 3]) == [10, 20, 30]
+    assert threads and all(t.startswith("ragrank-fetching-fetch") for t in threads)
     await engine.stop()
 
 
@@ -137,7 +217,9 @@ async def test_a_full_queue_refuses_with_queue_full():
     engine, _ = _engine(Model(gate=gate), max_queue_items=4, max_wait_ms=0.0)
     first = asyncio.create_task(engine.submit([1]))
     await asyncio.sleep(0.1)  # the first request is now in the worker, the queue is empty
-    second = asyncio.create_task(engine.submit([1, 2, 3, 4]))
+    second = asyncio.create_task(engine.submit([2]))
+    await asyncio.sleep(0.1)  # collated, next in line for the worker
+    third = asyncio.create_task(engine.submit([1, 2, 3, 4]))
     await asyncio.sleep(0.1)
     assert engine.queue_depth == 4
     with pytest.raises(QueueFullError) as refused:
@@ -145,7 +227,8 @@ async def test_a_full_queue_refuses_with_queue_full():
     assert refused.value.retry_after >= 1
     gate.set()
     assert await first == [10]
-    assert await second == [10, 20, 30, 40]
+    assert await second == [20]
+    assert await third == [10, 20, 30, 40]
     await engine.stop()
 
 
@@ -384,7 +467,8 @@ async def test_packed_batches_are_budgeted_by_real_tokens_and_report_no_padding(
     items = [60, 30, 10, 5, 5, 40]
     assert await engine.submit(items) == [i * 10 for i in items]
     assert all(sum(batch) <= 100 for batch in model.batches)
-    assert model.batches[0] == [60, 40]  # padded, 60 and 40 would cost 120
+    # The oldest items that fit 100 real tokens; padded, these three would cost 180.
+    assert model.batches[0] == [60, 30, 10]
     assert all(s.padded_tokens == s.tokens for s in stats)
     await engine.stop()
 

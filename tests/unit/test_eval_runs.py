@@ -9,7 +9,7 @@ import pytest
 
 from eval.embedding_cache import EmbeddingCache, cache_key
 from eval.exact import ExactIndex
-from eval.runs import overlap_recall, ranked, rerank_run, token_batches
+from eval.runs import overlap_recall, ranked, rerank_run
 from tests.fakes import FakeScorer
 
 if TYPE_CHECKING:
@@ -69,21 +69,6 @@ def test_a_long_document_scores_its_best_window():
     windows = [p for batch in scorer.batches for _, p in batch if p != "tiny"]
     assert len(windows) >= 2 and pairs == len(windows) + 1
     assert run["q"]["long"] == pytest.approx(max(len(w) / 20.0 - 3.0 for w in windows))
-
-
-def test_batches_hold_both_limits_in_length_order():
-    lengths = [5, 30, 10, 10, 50, 7, 3, 20]
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    batches = list(token_batches(order, lengths, size=3, tokens=60, packed=False))
-    assert [i for batch in batches for i in batch] == order
-    for batch in batches:
-        assert len(batch) <= 3
-        assert max(lengths[i] for i in batch) * len(batch) <= 60 or len(batch) == 1
-    packed = list(token_batches(order, lengths, size=8, tokens=60, packed=True))
-    assert [i for batch in packed for i in batch] == order
-    assert all(sum(lengths[i] for i in batch) <= 60 or len(batch) == 1 for batch in packed)
-    # Packed, the budget counts real tokens: 3+5+7+10+10+20 = 55 fit where padding cost 120.
-    assert packed[0] == order[:6]
 
 
 def test_overlap_recall_counts_the_exact_top_k_found():

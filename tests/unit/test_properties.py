@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from indexing.chunking import Chunker
 from ragrank.documents import Document
-from server.batching import BatchEngine, EngineLimits
+from ragrank.engine import BatchEngine, EngineLimits
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -320,6 +320,11 @@ class HeldScorer(FakeScorer):
         super().__init__()
         self.started = threading.Event()
         self.release = threading.Event()
+        self.collated = 0
+
+    def collate(self, inputs):
+        self.collated += 1
+        return super().collate(inputs)
 
     def score_pairs(self, pairs):
         self.started.set()
@@ -343,16 +348,19 @@ async def test_a_full_rerank_queue_answers_429_with_retry_after(indexed_services
     async with concurrent_client(app) as client:
         first = asyncio.create_task(client.post("/v1/search", json=body))
         await _until(scorer.started.is_set)  # its 5 pairs are in the worker now
-        second = asyncio.create_task(client.post("/v1/search", json=body))
         engine = app.state.search_service.score_engine
+        # The next batch is taken off the queue and collated while the first runs.
+        second = asyncio.create_task(client.post("/v1/search", json=body))
+        await _until(lambda: engine.queue_depth == 0 and scorer.collated == 2)
+        third = asyncio.create_task(client.post("/v1/search", json=body))
         await _until(lambda: engine.queue_depth == 5)  # its 5 pairs fill the queue
         refused = await client.post("/v1/search", json=body)
         scorer.release.set()
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
         assert refused.json()["error"]["code"] == "queue_full"
-        assert (await first).status_code == 200
-        assert (await second).status_code == 200
+        for answered in (first, second, third):
+            assert (await answered).status_code == 200
 
 
 async def test_a_dead_reranker_means_503_and_not_ready(indexed_services):
@@ -498,8 +506,8 @@ async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_se
         await asyncio.sleep(0.2)  # the first request's pairs hold the reranker's worker
         second = asyncio.create_task(app(scope, receive, send))
         await asyncio.sleep(0.2)
-        engine = app.state.search_service.score_engine
-        assert engine.queue_depth == 3  # the second request's pairs wait behind it
+        # The second request's pairs wait behind the first's, collated as its next batch.
+        assert not scorer.batches
         gone.set()  # the second client hangs up
         await second
         assert sent[0]["status"] == 499

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragrank.packing import collate_padded
+from ragrank.backends.packing import collate_padded
 from ragrank.tokens import DEFAULT_WINDOWS_PER_DOC, Tokens
 from tests.conftest import SHARED_MODELS, build_tokenizer
 

@@ -52,7 +52,7 @@ def jobs_done(soak: Soak, finished: dict[str, str], queue: list[Any]) -> dict[st
 def replay(settings: Settings, queue: list[Any], work: Path) -> dict[str, Any]:
     """Run the queue's jobs again, in order, on a fresh store, and compare the two."""
     from indexing import Worker, open_job_queue
-    from ragrank.models import SentenceTransformerEmbedder
+    from ragrank.backends.models import SentenceTransformerEmbedder
     from ragrank.store import open_store
 
     fresh = settings.replace(

@@ -14,17 +14,20 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
-from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
-from ragrank.families import SHORT_CONTEXT_TOKENS, pair_prompt, reranker_family, window_length
-from ragrank.loading import load_model
-from ragrank.packing import (
+from ragrank.backends.families import (
+    SHORT_CONTEXT_TOKENS,
+    pair_prompt,
+    reranker_family,
+    window_length,
+)
+from ragrank.backends.packing import (
     ATTENTION,
     PADDING_OFFSET_POSITIONS,
     Batch,
@@ -40,7 +43,7 @@ from ragrank.packing import (
     resolve_varlen_backend,
     segment_mean,
 )
-from ragrank.quantization import (
+from ragrank.backends.quantization import (
     INT8_RECIPE,
     Agreement,
     VectorAgreement,
@@ -52,11 +55,14 @@ from ragrank.quantization import (
     require_cpu,
     vector_agreement,
 )
+from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
+from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
+from ragrank.loading import load_model
 from ragrank.settings import Settings, default_prefixes, env_name
 from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from numpy.typing import NDArray
 
@@ -87,6 +93,20 @@ def resolve_packed(setting: str, placement: Placement) -> bool:
     if setting == "auto":
         return placement.device.startswith("cuda")
     return setting == "on"
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A forward pass's output on its way to the host (`fetch` waits for it)."""
+
+    output: torch.Tensor
+    #: Recorded after the copy was queued on CUDA; None where the output is already here.
+    done: Any
+
+    def host(self) -> NDArray[np.float32]:
+        if self.done is not None:
+            self.done.synchronize()
+        return np.asarray(self.output.numpy(), dtype=np.float32)
 
 
 class _Runner:
@@ -151,6 +171,48 @@ class _Runner:
     def running(self) -> Iterator[None]:
         with _device_errors(), self.lock, torch.inference_mode():
             yield
+
+    def launched(self, output: torch.Tensor) -> Launched:
+        """`output` on its way to the host: on CUDA an asynchronous copy into pinned memory and
+        an event to wait for, so the next forward pass can be launched meanwhile."""
+        if not self._pin:
+            return Launched(output, None)
+        host = torch.empty(output.shape, dtype=output.dtype, pin_memory=True)
+        host.copy_(output, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return Launched(host, done)
+
+    def warm_shapes(
+        self, batch_items: int, batch_tokens: int, longest: int
+    ) -> list[tuple[int, int]]:
+        """(items, tokens each) of the warm-up passes: on a GPU a ladder of lengths, each alone
+        and as a full batch, so that kernels, cuBLAS and the allocator are ready for real
+        traffic; on a CPU a short and a long input alone."""
+        if not self._pin:
+            return [(1, min(16, longest)), (1, min(512, longest))]
+        lengths = sorted({min(n, longest) for n in (16, 64, 128, 256, 512, longest)})
+        full = [(max(1, min(batch_items, batch_tokens // n)), n) for n in lengths]
+        return [(1, n) for n in lengths] + full
+
+    def warm_up(
+        self,
+        make: Callable[[int], ModelInput],
+        forward: Callable[[Batch], object],
+        shapes: Sequence[tuple[int, int]],
+    ) -> int:
+        """Run `forward` over each shape, packed (where the model packs) and padded; returns
+        the passes run."""
+        paths = [True, False] if self.family is not None else [False]
+        passes = 0
+        for count, length in shapes:
+            inputs = [make(length)] * count
+            for packed in paths:
+                forward(self.collate(inputs, packed))
+                passes += 1
+        if self._pin:
+            torch.cuda.synchronize()
+        return passes
 
 
 def _tokens(tokenizer: Any, max_length: int, role: str, model_id: str, **layout: Any) -> Tokens:
@@ -319,6 +381,10 @@ class SentenceTransformerEmbedder:
         return self._runner.collate(inputs, packed)
 
     def forward(self, batch: Any) -> Vectors:
+        return self.fetch(self.launch(batch))
+
+    def launch(self, batch: Any) -> Launched:
+        """The forward pass, its vectors queued for the host (model thread)."""
         with self._runner.running():
             if isinstance(batch, PackedBatch):
                 hidden = packed_hidden(
@@ -331,8 +397,22 @@ class SentenceTransformerEmbedder:
                 )
             else:
                 pooled = self._model.forward(self._runner.features(batch))["sentence_embedding"]
-            vectors = F.normalize(pooled.float(), dim=-1)
-        return np.asarray(vectors.cpu().numpy(), dtype=np.float32)
+            return self._runner.launched(F.normalize(pooled.float(), dim=-1))
+
+    def fetch(self, launched: Launched) -> Vectors:
+        """The vectors of a launched pass, once on the host."""
+        return launched.host()
+
+    def warm_up(self, batch_items: int, batch_tokens: int) -> int:
+        """Forward passes over representative shapes before serving; returns how many."""
+        word = self.tokens.ids(["warm up"])[0] or [0]
+
+        def make(length: int) -> ModelInput:
+            body = length - self.tokens.template.single_specials
+            return self.tokens.single((word * body)[: max(body, 1)])
+
+        shapes = self._runner.warm_shapes(batch_items, batch_tokens, self.max_length)
+        return self._runner.warm_up(make, self.forward, shapes)
 
     def _encode(self, texts: list[str]) -> Vectors:
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -356,8 +436,8 @@ def _packable_pooling(modules: Sequence[Any]) -> str | None:
 
 
 class CrossEncoderScorer:
-    """A one-logit reranker of one of the families of `ragrank.families`, run batch by batch
-    under `torch.inference_mode()`.
+    """A one-logit reranker of one of the families of `ragrank.backends.families`, run batch
+    by batch under `torch.inference_mode()`.
 
     The forward pass is written out (rather than `CrossEncoder.predict`) so that the model reads
     ids assembled once, batches can be packed, and logits are read in float32 whatever dtype the
@@ -498,7 +578,30 @@ class CrossEncoderScorer:
     def forward(self, batch: Any) -> NDArray[np.float32]:
         return self._run(self._model, batch)
 
+    def launch(self, batch: Any) -> Launched:
+        """The forward pass, its logits queued for the host (model thread)."""
+        return self._launch(self._model, batch)
+
+    def fetch(self, launched: Launched) -> NDArray[np.float32]:
+        """The logits of a launched pass, once on the host."""
+        return launched.host()
+
+    def warm_up(self, batch_items: int, batch_tokens: int) -> int:
+        """Forward passes over representative shapes before serving; returns how many."""
+        word = self.tokens.ids(["warm up"])[0] or [0]
+        specials = self.tokens.template.pair_specials
+
+        def make(length: int) -> ModelInput:
+            body = max(length - specials - 8, 1)
+            return self.tokens.pair((word * 8)[:8], (word * body)[:body])
+
+        shapes = self._runner.warm_shapes(batch_items, batch_tokens, self.max_length)
+        return self._runner.warm_up(make, self.forward, shapes)
+
     def _run(self, model: Any, batch: Batch) -> NDArray[np.float32]:
+        return self._launch(model, batch).host()
+
+    def _launch(self, model: Any, batch: Batch) -> Launched:
         with self._runner.running():
             if isinstance(batch, PackedBatch):
                 base = model.base_model
@@ -509,8 +612,7 @@ class CrossEncoderScorer:
             else:
                 output = model(**self._runner.features(batch)).logits
             # Logits leave the model in float32 whatever dtype it runs in.
-            logits = output.float().view(-1)
-        return np.asarray(logits.cpu().numpy(), dtype=np.float32)
+            return self._runner.launched(output.float().view(-1))
 
     def _last_padded_rows(self, model: Any, batch: Batch) -> torch.Tensor:
         """A decoder's last hidden row of each right-padded input: its last real token."""

@@ -1,0 +1,20 @@
+"""The batching engine that the server and the eval drive: one queue per model, batches formed
+under a token budget by one cost rule, forward passes on the model's own thread, and where the
+time goes. It knows no torch and no HTTP: a model is a few callables."""
+
+from ragrank.engine.core import BatchEngine, BatchStats, DeviceTurns
+from ragrank.engine.scheduling import EngineLimits, batch_cost, cut, longest_first
+from ragrank.engine.timings import STAGES, DeviceClock, StageTotals
+
+__all__ = [
+    "STAGES",
+    "BatchEngine",
+    "BatchStats",
+    "DeviceClock",
+    "DeviceTurns",
+    "EngineLimits",
+    "StageTotals",
+    "batch_cost",
+    "cut",
+    "longest_first",
+]
