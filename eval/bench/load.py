@@ -270,8 +270,8 @@ class _Bench:
         """Each server run in `--runs`, at the ceiling's best batch size."""
         results: dict[str, RunResult] = {}
         plan = {
-            "ragrank": ("sorted", "torch"),
-            "ragrank-int8": ("sorted", "int8"),
+            "ragrank": ("continuous", "torch"),
+            "ragrank-int8": ("continuous", "int8"),
             "arrival": ("arrival", "torch"),
             "request": ("request", "torch"),
         }

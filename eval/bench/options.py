@@ -222,3 +222,29 @@ class LanguageBenchOptions:
     scifact: Path = option(DEFAULT_DATA, "SciFact (English)")
     limit: int = option(2000, "texts per set at most")
     out: Path | None = option(None, "write the figures as JSON here")
+
+
+@dataclass(frozen=True)
+class ServedOptions:
+    """`make bench-served`: the real server against a calibrated device model, old engine and
+    new, closed-loop and open-loop."""
+
+    clients: tuple[int, ...] = option((1, 4, 16, 64), "closed-loop client counts")
+    documents: int = option(32, "documents per request")
+    requests: int = option(64, "closed loop: requests at each client count (at least 2 each)")
+    loads: tuple[float, ...] = option((0.5, 0.9), "open loop: arrival rates, shares of capacity")
+    open_loop_s: float = option(20.0, "open loop: seconds of arrivals at each load")
+    speed: float | None = option(
+        None,
+        "the device's speed against the H200 it is fitted to (default: the host's own capacity "
+        "over --host-share, so that the device is the bottleneck)",
+    )
+    host_share: float = option(3.0, "default speed: the host can feed this many such devices")
+    policies: tuple[str, ...] = option(
+        ("window", "continuous"), "engines to compare (RAGRANK_BATCHING); the last one is new"
+    )
+    warm_start: bool = option(True, "also time the first request with and without warm-up")
+    data: Path | None = option(None, "BEIR folder (default: SciFact if present, else the sample)")
+    tiny: bool = option(False, "CPU check: few requests and a short open loop, no targets")
+    out: Path | None = option(None, "JSON report (default: eval-results/bench-served-<time>.json)")
+    seed: int = option(0, "workload seed")

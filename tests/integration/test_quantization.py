@@ -87,7 +87,11 @@ def test_int8_backend_is_cpu_only(scorer: CrossEncoderScorer, monkeypatch: pytes
     ("variable", "value", "message"),
     [
         ("RAGRANK_RERANK_BACKEND", "onnx", "RAGRANK_RERANK_BACKEND must be one of torch, int8"),
-        ("RAGRANK_BATCHING", "fifo", "RAGRANK_BATCHING must be one of sorted, arrival, request"),
+        (
+            "RAGRANK_BATCHING",
+            "fifo",
+            "RAGRANK_BATCHING must be one of continuous, window, arrival, request",
+        ),
         ("RAGRANK_RERANK_MIN_AGREEMENT", "high", "must be a number"),
         ("RAGRANK_RERANK_MIN_AGREEMENT", "1.5", "must be between -1 and 1"),
     ],

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from indexing.chunking import Chunker
 from ragrank.documents import Document
-from ragrank.engine import BatchEngine, EngineLimits
+from ragrank.engine import BatchEngine, EngineLimits, batch_cost
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,10 +87,11 @@ class Doubler:
     requests=st.lists(st.lists(st.integers(1, 64), min_size=1, max_size=12), max_size=12),
     max_batch_size=st.integers(1, 16),
     max_batch_tokens=st.integers(1, 256),
-    policy=st.sampled_from(["sorted", "arrival", "request"]),
+    policy=st.sampled_from(["continuous", "window", "arrival", "request"]),
+    packed=st.booleans(),
 )
 def test_every_request_gets_its_own_results_in_order(
-    requests: list[list[int]], max_batch_size: int, max_batch_tokens: int, policy: str
+    requests: list[list[int]], max_batch_size: int, max_batch_tokens: int, policy: str, packed: bool
 ):
     model = Doubler()
 
@@ -105,6 +106,7 @@ def test_every_request_gets_its_own_results_in_order(
                 max_batch_tokens=max_batch_tokens,
                 max_wait_ms=1.0,
                 policy=policy,
+                packed=packed,
             ),
         )
         engine.start()
@@ -120,4 +122,5 @@ def test_every_request_gets_its_own_results_in_order(
     )
     for batch in model.batches:
         assert 1 <= len(batch) <= max_batch_size
-        assert len(batch) == 1 or len(batch) * max(batch) <= max_batch_tokens
+        cost = batch_cost(len(batch), max(batch), sum(batch), packed=packed)
+        assert len(batch) == 1 or cost <= max_batch_tokens
