@@ -18,7 +18,7 @@ GPU = $(shell $(NVIDIA_SMI) -L >/dev/null 2>&1 && echo yes)
 EXTRAS = dev,$(if $(GPU),gpu,eval),finetune
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-served gpu-check bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
+.PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-served gpu-kit gpu-check bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -77,6 +77,10 @@ bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model
 
 bench-served: setup ## /v1/rerank against a device model fitted to the H200: old and new engine, 1-64 clients, open loop (SERVED_ARGS)
 	$(BIN)/python -m eval.bench.served $(SERVED_ARGS)
+
+gpu-kit: setup ## DIR=folder: wheels, code, SciFact and configs (<= 48 MiB) for an air-gapped GPU host; there: bash DIR/run-gpu-check.sh
+	@test -n "$(DIR)" || { echo "usage: make gpu-kit DIR=folder" >&2; exit 2; }
+	$(BIN)/python -m eval.bench.kit $(DIR) $(KIT_ARGS)
 
 gpu-check: setup ## everything a GPU must show, one run (< 8 min): gpu tests, bench-gpu, load, exact search (GPU_CHECK_ARGS="--tiny" on a CPU)
 	$(BIN)/python -m eval.bench.gpu_check $(GPU_CHECK_ARGS)

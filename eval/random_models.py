@@ -54,6 +54,21 @@ def load_tokenizer(tokenizer_file: Path, folder: Path, max_length: int = 512) ->
     )
 
 
+#: A weight scale whose random cross-encoder spreads its logits: at the default 0.02 a random
+#: cross-encoder's logits for one query's candidates differ by less than bf16 rounds (spread
+#: 0.2x the bf16 error on a two-layer model), so rank agreement would measure noise; at 0.3
+#: they spread about 23x it.
+SPREAD_INIT = 0.3
+
+
+def save_spread_reranker(out: Path, tokenizer_file: Path | None = None) -> Path:
+    """A tiny reranker whose logits spread (`SPREAD_INIT`): what numerics checks rank with."""
+    tokenizer = sample_tokenizer(out.with_name(out.name + "-tok"), tokenizer_file)
+    config = tiny_config(tokenizer)
+    config.initializer_range = SPREAD_INIT
+    return save_random_model("reranker", config, tokenizer, out)
+
+
 def save_random_model(kind: ModelKind, config: Any, tokenizer: Any, out: Path) -> Path:
     """Save a randomly initialised model: a sentence-transformers folder (transformer + mean
     pooling, as multilingual-e5 is built) or a one-logit sequence classifier."""

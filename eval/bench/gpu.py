@@ -41,12 +41,14 @@ from eval.bench.harness import (
     RunResult,
     Workload,
     drive,
+    first_request_ms,
     free_port,
     ragrank_command,
     server_process,
 )
 from eval.bench.options import SHARED_DIR, XLMR_TOKENIZER, GpuOptions, bench_data
 from eval.bench.rates import forward_rate, scifact_requests, timed
+from eval.random_models import SPREAD_INIT
 from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.beir import load_beir
 from ragrank.device import Placement, resolve_placement
@@ -63,12 +65,6 @@ console = Console()
 RERANKER_CONFIG = SHARED_DIR / "models" / "bge-reranker-v2-m3"
 EMBEDDER_CONFIG = SHARED_DIR / "models" / "multilingual-e5-base"
 TOKEN_BUDGETS = (16_384, 32_768, 65_536)
-
-
-#: The spread reranker's weight scale: at the default 0.02 a random cross-encoder's logits for
-#: one query's candidates differ by less than bf16 rounds (spread 0.2x the bf16 error on a
-#: two-layer model), so rank agreement would measure noise; at 0.3 they spread about 23x it.
-SPREAD_INIT = 0.3
 
 
 @dataclass(frozen=True)
@@ -156,6 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {"device": device, "dtype": str(placement.dtype), "data": str(data)}
     if device.startswith("cuda"):
         report["gpu"] = torch.cuda.get_device_name()
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(section: str, figures: Any) -> None:
+        """Each section's figures are written as soon as they exist: a run cut short by its
+        time limit still leaves what it measured."""
+        report[section] = figures
+        out.write_text(json.dumps(report, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="ragrank-bench-gpu-") as scratch:
         started = time.perf_counter()
         models = BenchModels.at(args.models) if args.models else None
@@ -165,31 +169,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         size = 8192 if device.startswith("cuda") else 1024
         peak = matmul_peak(device, placement.dtype, size)
         # Three significant figures: a tiny matrix on a busy CPU measures well under 0.1.
-        report["matmul_peak_tflops"] = float(f"{peak:.3g}")
+        save("matmul_peak_tflops", float(f"{peak:.3g}"))
         console.print(f"measured {placement.dtype} matmul peak: {peak:.1f} TFLOP/s")
-        report["reranker"] = _reranker(
-            models.reranker, placement=placement, data=data, args=args, peak=peak, report=report
+        save(
+            "reranker",
+            _reranker(
+                models.reranker, placement=placement, data=data, args=args, peak=peak, report=report
+            ),
         )
-        report["server"] = _server(
-            models.reranker,
-            embedder=models.embedder,
-            device=device,
-            data=data,
-            args=args,
-            report=report,
+        save(
+            "server",
+            _server(
+                models.reranker,
+                embedder=models.embedder,
+                device=device,
+                data=data,
+                args=args,
+                report=report,
+            ),
         )
-        report["embedder"] = _embedder(models.embedder, placement, data, args)
-        report["agreement"] = {
-            "spread": _agreement(models.spread, placement, data, args.queries),
-            "default_init": _agreement(models.reranker, placement, data, args.queries),
-        }
+        save("embedder", _embedder(models.embedder, placement, data, args))
+        save(
+            "agreement",
+            {
+                "spread": _agreement(models.spread, placement, data, args.queries),
+                "default_init": _agreement(models.reranker, placement, data, args.queries),
+            },
+        )
         families = build_family_models((args.models or Path(scratch)) / "families", tiny=args.tiny)
-        report["families"] = family_rates(
-            families, placement, scifact_requests(data, min(args.queries, 10), 100)
+        save(
+            "families",
+            family_rates(families, placement, scifact_requests(data, min(args.queries, 10), 100)),
         )
     _print(report)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
     console.print(f"wrote {out}")
     return 0
 
@@ -284,16 +296,23 @@ def _server(
 
     rows: dict[str, Any] = {}
     log = Path(tempfile.mkdtemp(prefix="ragrank-bench-log-")) / "serve.log"
+    rows["first_request_ms"] = {"warmup_on": None, "warmup_off": None}
     with server_process(ragrank_command("serve"), env, base + "/ready", log):
+        rows["first_request_ms"]["warmup_on"] = first_request_ms(base, *requests[0])
         asyncio.run(drive(base + "/v1/rerank", body, Workload(requests[:8], []), 4))
         for clients in (16, 64):
             seconds, latencies = asyncio.run(drive(base + "/v1/rerank", body, workload, clients))
             result = RunResult(f"{clients} clients", pairs, seconds, latencies)
             rows[str(clients)] = result.summary()
             console.print(f"/v1/rerank, {clients} clients: {result.pairs_per_s:.1f} pairs/s")
+    cold = {**env, "RAGRANK_WARMUP": "off", "RAGRANK_PORT": str(port := free_port())}
+    base = f"http://127.0.0.1:{port}"
+    with server_process(ragrank_command("serve"), cold, base + "/ready", log):
+        rows["first_request_ms"]["warmup_off"] = first_request_ms(base, *requests[0])
     model_only = report["reranker"]["scifact"]["packed"]["pairs_per_s"]
-    for row in rows.values():
-        row["over_model_only"] = round(row["pairs_per_s"] / model_only, 3)
+    for name, row in rows.items():
+        if name != "first_request_ms":
+            row["over_model_only"] = round(row["pairs_per_s"] / model_only, 3)
     return rows
 
 

@@ -3,12 +3,19 @@
 Steps, each in its own process with its own time limit (so one that fails or hangs is reported
 and the others still run), in this order:
 
-1. `tests`: the `gpu`-marked tests (`pytest -m gpu`; on a CPU they skip, and the table says so);
+1. `tests`: the `gpu`-marked tests (`pytest -m gpu` over the modules that have them, so a
+   machine without the dev or client packages still collects them; on a CPU they skip, and the
+   table says so);
 2. `exact`: the eval's exact search, faiss's GPU index against its CPU index (`eval.bench.exact`);
+   without faiss-gpu (its wheel is too large for an air-gapped kit) it runs on faiss-cpu and the
+   table says "faiss-gpu not installed"; without faiss at all it is skipped;
 3. `bench-gpu`: packed against padded, token budgets, varlen kernels, `/v1/rerank` against the
    model alone, the e5-base-shaped embedder's passages/s and the bf16 top-10 agreement
    (`eval.bench.gpu`);
-4. `load-16`, `load-64`: `ragrank bench` against `/v1/rerank` at 16 and 64 clients.
+4. `load-64`: `ragrank bench` against `/v1/rerank` at 64 clients.
+
+Each step writes its figures as it goes, so a step cut by its limit still leaves them. The
+default budget keeps the whole check under 6 minutes on an H200.
 
 The random models of the production shapes are built once and shared by the steps. On a GPU the
 table sets each figure against its target; `--tiny` runs every step at CPU size (two-layer
@@ -19,6 +26,7 @@ run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -48,6 +56,8 @@ SERVER_OVER_MODEL = 0.9
 AGREEMENT_TOP10 = 0.99
 #: A step is not started with less time than this left of the run's budget.
 MIN_STEP_S = 10.0
+#: What a step's status says when its optional package is missing: reported, not a failure.
+NOT_INSTALLED = "skipped: not installed"
 
 
 @dataclass
@@ -79,21 +89,26 @@ def plan_steps(options: GpuCheckOptions, out: Path, models: Path, device: str) -
     tests = out / "tests.xml"
     pytest = ["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={tests}"]
     exact = ["-m", "eval.bench.exact", "--embed-model", _exact_embedder(models), *common]
+    load += ["--clients", "64", "--out", str(out / "load-64.json")]
     steps = [
-        Step("tests", [python, *pytest, "tests"], 150, tests),
-        Step("exact", [python, *exact, "--out", str(out / "exact.json")], 120, out / "exact.json"),
+        Step("tests", [python, *pytest, *gpu_test_modules()], 60, tests),
+        Step("exact", [python, *exact, "--out", str(out / "exact.json")], 60, out / "exact.json"),
         Step(
             "bench-gpu",
             [python, "-m", "eval.bench.gpu", *bench_gpu, "--out", str(out / "bench-gpu.json")],
-            330,
+            180,
             out / "bench-gpu.json",
         ),
+        Step("load-64", [python, "-m", "cli", "bench", *load], 60, out / "load-64.json"),
     ]
-    for clients in (16, 64):
-        output = out / f"load-{clients}.json"
-        command = [python, "-m", "cli", "bench", *load, "--clients", str(clients)]
-        steps.append(Step(f"load-{clients}", [*command, "--out", str(output)], 150, output))
+    if importlib.util.find_spec("faiss") is None:
+        steps[1].status = NOT_INSTALLED + " (faiss)"
     return steps
+
+
+def gpu_test_modules(root: Path = Path("tests")) -> list[str]:
+    """The test modules with `gpu`-marked tests: only these are collected."""
+    return sorted(str(p) for p in root.rglob("test_*.py") if "mark.gpu" in p.read_text())
 
 
 def _exact_embedder(models: Path) -> str:
@@ -110,6 +125,9 @@ def run_step(step: Step, deadline: float, log: Path) -> None:
     """Run one step within its limit and what is left of the run's budget; read its output.
     A step runs in its own process group, so that a timeout also stops the servers it
     started."""
+    if step.status.startswith(NOT_INSTALLED):
+        console.print(f"[bold]{step.name}[/bold]: {step.status}")
+        return
     limit = min(step.limit_s, deadline - time.monotonic())
     if limit < MIN_STEP_S:
         step.status = "skipped: the run's time budget was spent"
@@ -207,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"wrote {out / 'gpu-check.json'} and {out / 'gpu-check.md'}")
     if "checks_error" in report:
         console.print(f"[red]{report['checks_error']}[/red]")
-    return 0 if all(s.status == "ok" for s in steps) and "checks_error" not in report else 1
+    passed = all(s.status == "ok" or s.status.startswith(NOT_INSTALLED) for s in steps)
+    return 0 if passed and "checks_error" not in report else 1
 
 
 class Checks:
@@ -242,16 +261,18 @@ def checks(steps: Sequence[Step], *, targets: bool) -> list[dict[str, str]]:
             failed == 0 and tests["skipped"] == 0,
         )
     if exact := by_name.get("exact"):
+        gpu_build = "GPU" in exact["against"]
         table.add(
             f"exact search: {exact['against']} against the faiss CPU index",
-            f"{exact['identical']}/{exact['queries']} queries the same top {exact['top']} "
+            ("" if gpu_build else "faiss-gpu not installed; ")
+            + f"{exact['identical']}/{exact['queries']} queries the same top {exact['top']} "
             f"({exact['identical_up_to_ties']} up to near-ties); {exact['faiss']}",
             "faiss-gpu, the same top 100",
-            exact["identical_up_to_ties"] == exact["queries"] and "GPU" in exact["against"],
+            exact["identical_up_to_ties"] == exact["queries"] if gpu_build else None,
         )
     if bench := by_name.get("bench-gpu"):
         _bench_rows(bench, table)
-    for clients in (16, 64):
+    for clients in (64,):
         if load := by_name.get(f"load-{clients}"):
             runs = {r["name"]: r for r in load["runs"]}
             server, ceiling = runs["ragrank"], runs["ceiling"]

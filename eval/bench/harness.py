@@ -128,6 +128,16 @@ async def drive(
         return time.perf_counter() - started, latencies
 
 
+def first_request_ms(base: str, query: str, documents: list[str]) -> float:
+    """The latency of one `/v1/rerank` request on an open connection: the first one a fresh
+    server answers, to compare with warm-up and without."""
+    with httpx.Client(base_url=base, timeout=600) as http:
+        http.get("/health").raise_for_status()
+        started = time.perf_counter()
+        http.post("/v1/rerank", json={"query": query, "documents": documents}).raise_for_status()
+        return round((time.perf_counter() - started) * 1000, 1)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

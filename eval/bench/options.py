@@ -155,7 +155,9 @@ class GpuCheckOptions:
 
     tiny: bool = option(False, "CPU-sized: tiny models, the bundled sample, few requests")
     device: str = option("auto", "auto, cuda or cpu")
-    budget_s: float = option(480.0, "the whole run's time; a step left without time is skipped")
+    budget_s: float = option(
+        330.0, "the whole run's time, models built; a step left without time is skipped"
+    )
     data: Path | None = option(
         None, "BEIR folder (default: SciFact beside the repository if present, else the sample)"
     )

@@ -37,6 +37,7 @@ from eval.bench.device_model import H200_BATCH_TOKENS, DeviceModel
 from eval.bench.harness import (
     Workload,
     drive,
+    first_request_ms,
     free_port,
     latency_quantile,
     ragrank_command,
@@ -142,14 +143,16 @@ async def open_loop(
     limits = httpx.Limits(max_connections=1000)
     async with httpx.AsyncClient(timeout=3600, limits=limits) as http:
         tasks = []
+        arrivals: list[float] = []
+        while not arrivals or arrivals[-1] < duration_s:
+            arrivals.append((arrivals[-1] if arrivals else 0.0) + rng.expovariate(rate))
         started = time.perf_counter()
-        index = 0
-        while time.perf_counter() - started < duration_s:
+        for index, at in enumerate(arrivals[:-1]):
+            # Sleep until each arrival's own time: a late wake-up is caught up, not carried.
+            await asyncio.sleep(max(0.0, at - (time.perf_counter() - started)))
             query, docs = workload.requests[index % len(workload.requests)]
             tasks.append(asyncio.ensure_future(one(http, query, docs)))
             pairs += len(docs)
-            index += 1
-            await asyncio.sleep(rng.expovariate(rate))
         await asyncio.gather(*tasks)
         return time.perf_counter() - started, latencies, pairs
 
@@ -368,12 +371,7 @@ def _warm_start(bench: _Run) -> dict[str, float | None]:
         base = f"http://127.0.0.1:{port}"
         log = bench.scratch / f"warm-{warmup}.log"
         with server_process(ragrank_command("serve"), env, base + "/ready", log):
-            started = time.perf_counter()
-            response = httpx.post(base + "/v1/rerank", json=_rerank_body(query, docs), timeout=600)
-            response.raise_for_status()
-            first[f"first_request_ms_warmup_{warmup}"] = round(
-                (time.perf_counter() - started) * 1000, 1
-            )
+            first[f"first_request_ms_warmup_{warmup}"] = first_request_ms(base, query, docs)
     return first
 
 

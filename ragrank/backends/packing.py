@@ -124,6 +124,8 @@ def _varlen_attention(  # noqa: PLR0917 (transformers' attention signature)
     else:
         from torch.nn.attention.varlen import varlen_attn
 
+        # torch 2.11's kernel has no `enable_gqa`: it is passed only for grouped heads.
+        grouping = {"enable_gqa": True} if grouped else {}
         out = varlen_attn(
             q,
             k,
@@ -134,7 +136,7 @@ def _varlen_attention(  # noqa: PLR0917 (transformers' attention signature)
             longest,
             scale=scaling,
             window_size=(left, right),
-            enable_gqa=grouped,
+            **grouping,
         )
     return out.unsqueeze(0), None
 

@@ -6,7 +6,8 @@ at a time, as the device is about to need it, from the oldest waiting work, so n
 the next batch while one runs and each request is answered as soon as its own batches are done.
 
 Host work overlaps the model: while batch N runs in the model's thread, batch N+1 is collated
-on the host pool and queued right behind it, so the model thread goes from one forward pass to
+on the engine's own collating thread (never queued behind requests' tokenising on the host
+pool) and queued right behind it, so the model thread goes from one forward pass to
 the next without waiting for the event loop. A model that launches its forward pass and copies
 the output back separately (`fetch`) has the copy waited for on a thread of its own, so the
 next pass starts meanwhile.
@@ -159,8 +160,8 @@ class BatchEngine(Generic[Item, Collated, Output]):
     limits: EngineLimits
     #: An item's tokens (model inputs know their length).
     length: Callable[[Any], int] = len
-    #: The host pool for tokenising and collating; the engine makes its own (one thread) if
-    #: none is given, and then shuts it down on `stop`.
+    #: The host pool for tokenising (`prepare`); the engine makes its own (one thread) if none
+    #: is given, and then shuts it down on `stop`.
     pool: Executor | None = None
     on_batch: list[Callable[[BatchStats], None]] = field(default_factory=list)
     #: The served model's name, for metrics and errors.
@@ -178,6 +179,9 @@ class BatchEngine(Generic[Item, Collated, Output]):
         self._wakeup = asyncio.Event()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}")
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-fetch")
+        # Collating has a thread of its own: on the shared host pool the next batch would
+        # queue behind every waiting request's tokenising while the device idles.
+        self._collator = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-collate")
         self._own_pool = self.pool is None
         self._host: Executor = self.pool or ThreadPoolExecutor(
             1, thread_name_prefix=f"ragrank-{self.name}-host"
@@ -215,6 +219,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
         self._fail_pending(EngineUnavailableError(f"the {self.name} engine has stopped"))
         self._worker.shutdown(wait=False, cancel_futures=True)
         self._fetcher.shutdown(wait=False, cancel_futures=True)
+        self._collator.shutdown(wait=False, cancel_futures=True)
         if self._own_pool:
             self._host.shutdown(wait=False, cancel_futures=True)
 
@@ -366,7 +371,8 @@ class BatchEngine(Generic[Item, Collated, Output]):
         loop = asyncio.get_running_loop()
         began = time.perf_counter()
         try:
-            collated = await loop.run_in_executor(self._host, self.collate, [w.item for w in batch])
+            items = [w.item for w in batch]
+            collated = await loop.run_in_executor(self._collator, self.collate, items)
         except Exception as exc:
             self._fail_batch(batch, exc, "collating")
             return

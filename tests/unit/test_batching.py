@@ -356,14 +356,14 @@ async def _until(condition, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
-async def test_the_next_batch_is_collated_on_the_host_pool_while_one_runs():
+async def test_the_next_batch_is_collated_on_its_own_thread_while_one_runs():
     model = Pipeline()
     engine = _pipeline(model)
     task = asyncio.ensure_future(engine.submit([9, 8, 7, 6, 5, 4]))
     await _until(lambda: model.running.is_set() and len(model.collated) >= 2)
     # The second batch was collated while the first was still in the model.
     assert model.collated[1][2] == 0 and model.finished == 0
-    assert all(thread.startswith("ragrank-prefetch-host") for _, thread, _ in model.collated)
+    assert all(thread.startswith("ragrank-prefetch-collate") for _, thread, _ in model.collated)
     assert len(model.collated) == 2, "no more than one batch is prepared ahead"
     model.gate.set()
     assert await task == [90, 80, 70, 60, 50, 40]
