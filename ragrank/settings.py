@@ -416,7 +416,10 @@ class Settings:
         "first request does not pay for the device's start (kernels, allocator)",
     )
     batch_wait_ms: int = setting(
-        5, "how long a batch waits for concurrent requests to join it", ge=0
+        5,
+        "how long an idle window policy waits for concurrent requests to join its batches "
+        "(`continuous` starts at once: what arrives meanwhile joins the next batch)",
+        ge=0,
     )
     queue_size: int = setting(4096, "items waiting per model before new requests get `429`", ge=1)
     request_timeout_s: int = setting(60, "longest a request waits for a model; then `504`", ge=1)

@@ -23,12 +23,14 @@ import random
 import sys
 import tempfile
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
@@ -77,6 +79,9 @@ class Level:
     stages: dict[str, float] = field(default_factory=dict)
     idle_share: float = 0.0
     requests: int = 0
+    #: Open loop: the arrival rate sent, and the latencies of an ideal engine on the same
+    #: arrivals (`ideal_latencies`).
+    extra: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def pairs_per_s(self) -> float:
@@ -94,6 +99,7 @@ class Level:
             "served_over_device": round(self.pairs_per_s / self.device_pairs_per_s, 3),
             "stage_shares": {k: round(v, 3) for k, v in self.stages.items()},
             "idle_share": round(self.idle_share, 3),
+            **self.extra,
         }
 
 
@@ -126,19 +132,18 @@ def shares(before: dict[str, float], after: dict[str, float], wall: float) -> di
 
 async def open_loop(
     url: str, workload: Workload, rate: float, duration_s: float, seed: int
-) -> tuple[float, list[float], int]:
+) -> tuple[float, list[float], list[float]]:
     """Requests at Poisson arrivals of `rate`/s for `duration_s`, each sent without waiting for
-    the others; returns the wall time until the last answer, the latencies and the pairs."""
+    the others; returns the wall time until the last answer, each request's latency (in order
+    sent) and its planned arrival time."""
     rng = random.Random(seed)
-    latencies: list[float] = []
-    pairs = 0
 
-    async def one(http: httpx.AsyncClient, query: str, docs: list[str]) -> None:
+    async def one(http: httpx.AsyncClient, query: str, docs: list[str]) -> float:
         started = time.perf_counter()
         response = await http.post(url, json={"query": query, "documents": docs})
         if response.status_code != 200:
             raise RagrankError(f"{url} answered {response.status_code}: {response.text}")
-        latencies.append((time.perf_counter() - started) * 1000)
+        return (time.perf_counter() - started) * 1000
 
     limits = httpx.Limits(max_connections=1000)
     async with httpx.AsyncClient(timeout=3600, limits=limits) as http:
@@ -152,9 +157,40 @@ async def open_loop(
             await asyncio.sleep(max(0.0, at - (time.perf_counter() - started)))
             query, docs = workload.requests[index % len(workload.requests)]
             tasks.append(asyncio.ensure_future(one(http, query, docs)))
-            pairs += len(docs)
-        await asyncio.gather(*tasks)
-        return time.perf_counter() - started, latencies, pairs
+        latencies = list(await asyncio.gather(*tasks))
+        return time.perf_counter() - started, latencies, arrivals[: len(tasks)]
+
+
+def ideal_latencies(
+    arrivals: Sequence[float], requests: Sequence[Sequence[int]], device: DeviceModel
+) -> list[float]:
+    """Each request's latency (ms) on the device alone with no host cost at all: packed
+    batches of the oldest waiting pairs, each formed the moment the device frees up. No
+    engine can answer these arrivals faster; at high load this floor is queueing alone."""
+    waiting: deque[tuple[int, int]] = deque()
+    remaining = [len(pairs) for pairs in requests]
+    finished = [0.0] * len(requests)
+    now, arrived = 0.0, 0
+    while arrived < len(arrivals) or waiting:
+        if not waiting:
+            now = max(now, arrivals[arrived])
+        while arrived < len(arrivals) and arrivals[arrived] <= now:
+            waiting.extend((arrived, length) for length in requests[arrived])
+            arrived += 1
+        batch: list[int] = []
+        tokens = 0
+        while waiting and len(batch) < BATCH_ITEMS:
+            if batch and tokens + waiting[0][1] > H200_BATCH_TOKENS:
+                break
+            owner, length = waiting.popleft()
+            batch.append(owner)
+            tokens += length
+        now += device.seconds(tokens)
+        for owner in batch:
+            remaining[owner] -= 1
+            if remaining[owner] == 0:
+                finished[owner] = now
+    return [(finished[i] - arrivals[i]) * 1000 for i in range(len(arrivals))]
 
 
 @dataclass
@@ -215,14 +251,28 @@ class _Run:
             requests=count,
         )
 
-    def open_loop(self, base: str, load: float, device: float) -> Level:
+    def open_loop(self, base: str, load: float, device: float, model: DeviceModel) -> Level:
         per_request = self.options.documents
         rate = load * device / per_request
         before = scrape(base)
-        seconds, latencies, pairs = asyncio.run(
+        seconds, latencies, arrivals = asyncio.run(
             open_loop(base + "/v1/rerank", self.workload, rate, self.options.open_loop_s, 1)
         )
         stages = shares(before, scrape(base), seconds)
+        sizes = [len(docs) for _, docs in self.workload.requests]
+        starts = np.cumsum([0, *sizes])
+        lengths = self.workload.lengths
+        requests = [
+            lengths[starts[i % len(sizes)] : starts[i % len(sizes) + 1]]
+            for i in range(len(arrivals))
+        ]
+        ideal = ideal_latencies(arrivals, requests, model)
+        pairs = sum(len(r) for r in requests)
+        extra = {
+            "offered_pairs_per_s": round(pairs / arrivals[-1], 1) if arrivals else None,
+            "ideal_p50_ms": latency_quantile(ideal, 50),
+            "ideal_p99_ms": latency_quantile(ideal, 99),
+        }
         return Level(
             f"open loop {load:.0%}",
             pairs,
@@ -232,6 +282,7 @@ class _Run:
             stages=stages,
             idle_share=stages.get("idle", 0.0),
             requests=len(latencies),
+            extra=extra,
         )
 
 
@@ -338,6 +389,7 @@ def _auto_speed(bench: _Run, report: dict[str, Any]) -> float:
 
 
 def _engine_runs(bench: _Run, policy: str, speed: float, device: float) -> dict[str, Any]:
+    model = DeviceModel.h200(speed)
     closed, opened = [], []
     with bench.server(policy, speed) as base:
         for clients in bench.options.clients:
@@ -345,7 +397,7 @@ def _engine_runs(bench: _Run, policy: str, speed: float, device: float) -> dict[
             closed.append(level.summary())
             console.print(f"{policy}: {level.name}: {level.summary()}")
         for load in bench.options.loads:
-            level = bench.open_loop(base, load, device)
+            level = bench.open_loop(base, load, device, model)
             opened.append(level.summary())
             console.print(f"{policy}: {level.name}: {level.summary()}")
     return {"closed": closed, "open": opened}
@@ -393,6 +445,7 @@ def _verdicts(report: dict[str, Any], options: ServedOptions) -> dict[str, Any]:
             verdicts["open_90_p99_over_full_batch"] = {
                 "value": round(level["p99_ms"] / batch_ms, 2),
                 "target": f"<= {OPEN_LOOP_P99_BATCHES}",
+                "ideal_engine": round(level["ideal_p99_ms"] / batch_ms, 2),
             }
     one = next((lv for lv in new["closed"] if lv["name"] == "1 client"), None)
     if one is not None:
@@ -438,7 +491,8 @@ def _print(report: dict[str, Any]) -> None:
             )
     console.print(table)
     for name, verdict in report["targets"].items():
-        console.print(f"{name}: {verdict['value']} (target {verdict['target']})")
+        ideal = f"; an ideal engine: {verdict['ideal_engine']}" if "ideal_engine" in verdict else ""
+        console.print(f"{name}: {verdict['value']} (target {verdict['target']}{ideal})")
     if "warm_start" in report:
         console.print(f"first request: {report['warm_start']}")
 

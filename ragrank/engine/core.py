@@ -319,8 +319,11 @@ class BatchEngine(Generic[Item, Collated, Output]):
                 task.cancel()
 
     async def _gather_briefly(self) -> None:
-        """With the device idle and less than a batch waiting, wait `max_wait_ms` so that
-        concurrent requests join the same batch."""
+        """Under a window policy, with the device idle and less than a batch waiting, wait
+        `max_wait_ms` so that concurrent requests join the same window. The continuous policy
+        starts at once: what arrives meanwhile joins the next batch."""
+        if self.limits.policy == "continuous":
+            return
         if len(self._queue) < self.limits.max_batch_size and not self._stopping:
             await asyncio.sleep(self.limits.max_wait_ms / 1000)
 

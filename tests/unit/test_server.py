@@ -515,3 +515,14 @@ async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_se
         assert (await first).status_code == 200
     scored = {query for batch in scorer.batches for query, _ in batch}
     assert scored == {"rivers"}, "the disconnected request's pairs were never scored"
+
+
+@pytest.mark.parametrize(("warmup", "warm_ups"), [("on", 1), ("off", 0)])
+async def test_models_warm_up_before_readiness_unless_turned_off(
+    indexed_services, warmup: str, warm_ups: int
+):
+    scorer = FakeScorer()
+    app = create_app(Settings(warmup=warmup), services=_with_scorer(indexed_services, scorer))
+    async with AsyncTestClient(app=app) as client:
+        assert (await client.get("/ready")).status_code == 200
+        assert scorer.warm_ups == warm_ups
