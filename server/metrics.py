@@ -61,7 +61,7 @@ FORWARD_SECONDS = Histogram(
 QUEUE_DEPTH = Gauge("ragrank_queue_depth", "Items waiting for a forward pass", _ENGINE)
 STAGE_SECONDS = Counter(
     "ragrank_stage_seconds",
-    "Seconds spent in each stage of a request's items (queue_wait: each batch's mean wait)",
+    "Seconds spent in each stage of a request's items (queue_wait: summed over the items)",
     [*_ENGINE, "stage"],
 )
 DEVICE_BUSY = Counter(

@@ -6,7 +6,9 @@ One run on one machine measures, on the same (query, document) pairs:
   best of `--batch-sizes` (found on a sample, then timed on every pair); per backend.
 * ``ragrank``: `ragrank serve` under `--clients` concurrent clients, each sending its requests
   one after another (`--documents` per request); ``ragrank-int8`` the same on the int8 backend.
-* ``arrival``: the same server batching across requests in arrival order (no length sort).
+* ``window``: the same server with the window policy (everything waiting sorted across
+  requests, answered when the window ends), the previous default.
+* ``arrival``: the same server batching windows in arrival order (no length sort).
 * ``request``: the same server with cross-request batching off (one request per batch set).
 * ``infinity``: Infinity (`infinity_emb v2`, torch engine) serving the same model folder, when
   its executable is found (`--infinity`, or `infinity_emb` on PATH or in `.venv-infinity`).
@@ -272,6 +274,7 @@ class _Bench:
         plan = {
             "ragrank": ("continuous", "torch"),
             "ragrank-int8": ("continuous", "int8"),
+            "window": ("window", "torch"),
             "arrival": ("arrival", "torch"),
             "request": ("request", "torch"),
         }
@@ -337,10 +340,11 @@ def _ratios(results: dict[str, RunResult]) -> dict[str, dict[str, float | None]]
         f"{top} / {bottom}": {"ratio": _round(_ratio(results, top, bottom)), "target": target}
         for top, bottom, target in TARGETS
     }
-    ratios["ragrank / request"] = {
-        "ratio": _round(_ratio(results, "ragrank", "request")),
-        "target": None,
-    }
+    for bottom in ("request", "window"):
+        ratios[f"ragrank / {bottom}"] = {
+            "ratio": _round(_ratio(results, "ragrank", bottom)),
+            "target": None,
+        }
     return ratios
 
 

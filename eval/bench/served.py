@@ -124,10 +124,15 @@ def scrape(base: str) -> dict[str, float]:
     return totals
 
 
-def shares(before: dict[str, float], after: dict[str, float], wall: float) -> dict[str, float]:
-    """Each stage's seconds over the wall time (queue wait: the mean wait, over the wall)."""
+def shares(
+    before: dict[str, float], after: dict[str, float], wall: float, pairs: int
+) -> dict[str, float]:
+    """Each stage's seconds over the wall time, and the mean queue wait of a pair in ms."""
     grown = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in (*STAGES, "busy", "idle")}
-    return {k: v / wall for k, v in grown.items()} if wall else {}
+    waited = grown.pop("queue_wait")
+    if not wall:
+        return {}
+    return {**{k: v / wall for k, v in grown.items()}, "queue_wait_ms": waited / pairs * 1000}
 
 
 async def open_loop(
@@ -238,8 +243,8 @@ class _Run:
         asyncio.run(drive(base + "/v1/rerank", body, Workload(requests[:clients], []), clients))
         before = scrape(base)
         seconds, latencies = asyncio.run(drive(base + "/v1/rerank", body, workload, clients))
-        stages = shares(before, scrape(base), seconds)
         pairs = sum(len(docs) for _, docs in requests)
+        stages = shares(before, scrape(base), seconds, pairs)
         return Level(
             f"{clients} client{'s' if clients > 1 else ''}",
             pairs,
@@ -258,7 +263,6 @@ class _Run:
         seconds, latencies, arrivals = asyncio.run(
             open_loop(base + "/v1/rerank", self.workload, rate, self.options.open_loop_s, 1)
         )
-        stages = shares(before, scrape(base), seconds)
         sizes = [len(docs) for _, docs in self.workload.requests]
         starts = np.cumsum([0, *sizes])
         lengths = self.workload.lengths
@@ -268,6 +272,7 @@ class _Run:
         ]
         ideal = ideal_latencies(arrivals, requests, model)
         pairs = sum(len(r) for r in requests)
+        stages = shares(before, scrape(base), seconds, pairs)
         extra = {
             "offered_pairs_per_s": round(pairs / arrivals[-1], 1) if arrivals else None,
             "ideal_p50_ms": latency_quantile(ideal, 50),
@@ -472,7 +477,7 @@ def _print(report: dict[str, Any]) -> None:
     table = Table(
         title=f"/v1/rerank against the device model ({report['device_pairs_per_s']} pairs/s)"
     )
-    columns = ("engine", "run", "pairs/s", "p50 ms", "p99 ms", "served/device", "idle")
+    columns = ("engine", "run", "pairs/s", "p50 ms", "p99 ms", "served/device", "idle", "wait ms")
     stage_columns = ("tokenise", "collate", "forward", "answer")
     for column in (*columns, *stage_columns):
         table.add_column(column, justify="left" if column in ("engine", "run") else "right")
@@ -487,6 +492,7 @@ def _print(report: dict[str, Any]) -> None:
                 str(level["p99_ms"]),
                 f"{level['served_over_device']:.2f}",
                 f"{level['idle_share']:.0%}",
+                f"{shares_.get('queue_wait_ms', 0.0):.0f}",
                 *(f"{shares_.get(stage, 0.0):.0%}" for stage in stage_columns),
             )
     console.print(table)

@@ -400,7 +400,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
         answering = time.perf_counter()
         finished = self._answer(batch, outputs)
         stages = {
-            "queue_wait": sum(ran.started - w.arrived for w in batch) / len(batch),
+            "queue_wait": sum(ran.started - w.arrived for w in batch),
             "collate": collate_s,
             "h2d": ran.h2d_s,
             "forward": ran.forward_s,

@@ -12,8 +12,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-#: The stages of one request's items, in order. `queue_wait` is the items' mean wait from
-#: arrival until their batch's forward pass starts: latency, not work.
+#: The stages of one request's items, in order. `queue_wait` is each item's wait from arrival
+#: until its batch's forward pass starts, summed over the items: latency, not work.
 STAGES = ("queue_wait", "tokenise", "collate", "h2d", "forward", "d2h", "answer")
 
 #: The idle share's gauge looks back this far.
@@ -61,8 +61,7 @@ class DeviceClock:
 
 @dataclass
 class StageTotals:
-    """Seconds spent in each stage since the engine started (`queue_wait`: summed over
-    batches of their items' mean wait)."""
+    """Seconds spent in each stage since the engine started (`queue_wait`: item-seconds)."""
 
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     _lock: threading.Lock = field(default_factory=threading.Lock)
