@@ -5,17 +5,17 @@ search: dense (ANN), BM25 sparse, and hybrid (both fused), as the server runs th
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
 from ragrank.documents import Chunk, Document
-from ragrank.engine import cut, longest_first
+from ragrank.engine import BatchEngine, BatchStats, EngineLimits
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from eval.exact import ExactIndex
     from eval.metrics import Run
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from ragrank.sparse import SparseVector
     from ragrank.store import Fusion, Store
     from ragrank.tokens import ModelInput
+
+
+#: An offline run waits as long as its scoring takes.
+OFFLINE_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def exact_run(
@@ -65,10 +69,10 @@ def rerank_run(
     first stage's order below the reranked ones, so Recall@100 stays comparable.
 
     Inputs come from the server's own path: each query and document tokenised once, windows cut
-    from ids (`plan_windows`), then `collate` and `forward`. Pairs from all queries are scored
-    together in length-sorted batches (padding is the main waste of a cross-encoder batch),
-    within `batch_size` pairs and `batch_tokens` tokens (real ones when the scorer packs).
-    The next batch is collated on a host thread while the current one runs.
+    from ids (`plan_windows`), then the server's batching engine (`ragrank.engine`) under its
+    window policy: pairs from all queries scored together in length-sorted batches (padding is
+    the main waste of a cross-encoder batch), within `batch_size` pairs and `batch_tokens`
+    tokens (real ones when the scorer packs), the next batch collated while one runs.
     Returns the run and the number of (query, window) pairs scored.
     """
     first_order = {qid: ranked(first_stage.get(qid, {})) for qid in queries}
@@ -80,36 +84,54 @@ def rerank_run(
         inputs.extend(plan.inputs)
         owners.extend((qid, doc_ids[owner]) for owner in plan.owners)
 
-    lengths = [len(item) for item in inputs]
-    logits = np.empty(len(inputs), dtype=np.float32)
-    order = longest_first(lengths)
-    runs = cut([lengths[i] for i in order], batch_size, batch_tokens, packed=scorer.packed)
-    batches = [order[run] for run in runs]
-    with (
-        tqdm(total=len(inputs), desc="reranking", unit="pair", disable=not progress) as bar,
-        ThreadPoolExecutor(1, thread_name_prefix="ragrank-host") as host,
-    ):
-
-        def collate(batch: list[int]) -> Future[Any]:
-            return host.submit(scorer.collate, [inputs[i] for i in batch])
-
-        ahead = collate(batches[0]) if batches else None
-        for index, batch in enumerate(batches):
-            assert ahead is not None
-            ready = ahead.result()
-            if index + 1 < len(batches):
-                ahead = collate(batches[index + 1])
-            logits[batch] = scorer.forward(ready)
-            bar.update(len(batch))
+    with tqdm(total=len(inputs), desc="reranking", unit="pair", disable=not progress) as bar:
+        logits = asyncio.run(_score(scorer, inputs, batch_size, batch_tokens, bar.update))
 
     best: dict[str, dict[str, float]] = {qid: {} for qid in queries}
-    for (qid, doc_id), logit in zip(owners, logits.tolist(), strict=True):
+    for (qid, doc_id), logit in zip(owners, logits, strict=True):
         best[qid][doc_id] = max(logit, best[qid].get(doc_id, -np.inf))
     for qid, scores in best.items():
         rest = first_order[qid][candidates:]
         floor = min(scores.values(), default=0.0)
         scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
     return best, len(inputs)
+
+
+async def _score(
+    scorer: Scorer,
+    inputs: Sequence[ModelInput],
+    batch_size: int,
+    batch_tokens: int,
+    scored: Callable[[int], object],
+) -> list[float]:
+    """Every input's logit through one batching engine, as the server scores them; `scored`
+    hears of each batch's size."""
+    engine: BatchEngine[ModelInput, Any, float] = BatchEngine(
+        "eval",
+        collate=scorer.collate,
+        upload=scorer.upload,
+        run=scorer.launch,
+        fetch=lambda launched: scorer.fetch(launched).tolist(),
+        limits=EngineLimits(
+            max_batch_size=batch_size,
+            max_batch_tokens=batch_tokens,
+            max_wait_ms=0.0,
+            max_queue_items=max(len(inputs), 1),
+            timeout_s=OFFLINE_TIMEOUT_S,
+            policy="window",
+            packed=scorer.packed,
+        ),
+    )
+
+    def report(stats: BatchStats) -> None:
+        scored(stats.items)
+
+    engine.on_batch.append(report)
+    engine.start()
+    try:
+        return await engine.submit(inputs)
+    finally:
+        await engine.stop()
 
 
 def index_corpus(

@@ -52,6 +52,10 @@ class Embedder(Protocol):
         """One forward pass over a collated batch (model thread)."""
         ...
 
+    def upload(self, batch: Any) -> Any:
+        """A collated batch moved to the model's device (model thread)."""
+        ...
+
     def launch(self, batch: Any) -> Any:
         """`forward` without waiting for the vectors to reach the host (model thread)."""
         ...
@@ -90,6 +94,10 @@ class Scorer(Protocol):
 
     def forward(self, batch: Any) -> NDArray[np.float32]:
         """One forward pass over a collated batch: the float32 logit of each input."""
+        ...
+
+    def upload(self, batch: Any) -> Any:
+        """A collated batch moved to the model's device (model thread)."""
         ...
 
     def launch(self, batch: Any) -> Any:

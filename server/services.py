@@ -257,6 +257,7 @@ class SearchService:
             return BatchEngine(
                 "embed",
                 collate=embedder.collate,
+                upload=embedder.upload,
                 run=embedder.launch,
                 fetch=lambda launched: list(embedder.fetch(launched)),
                 limits=limits(
@@ -272,6 +273,7 @@ class SearchService:
             return BatchEngine(
                 "rerank",
                 collate=scorer.collate,
+                upload=scorer.upload,
                 run=scorer.launch,
                 fetch=lambda launched: scorer.fetch(launched).tolist(),
                 limits=limits(

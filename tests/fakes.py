@@ -51,11 +51,14 @@ class _Vocabulary:
         return " ".join(self._words[i] for i in ids)
 
 
-class _Launches:
+class Launches:
     """The fakes launch and fetch in one step (a CPU model's forward is synchronous), and
     count their warm-ups without running any pass."""
 
     warm_ups = 0
+
+    def upload(self, batch: Any) -> Any:
+        return batch
 
     def launch(self, batch: Any) -> Any:
         return self.forward(batch)  # type: ignore[attr-defined]
@@ -68,7 +71,7 @@ class _Launches:
         return 0
 
 
-class FakeEmbedder(_Launches):
+class FakeEmbedder(Launches):
     """Bag-of-words hashing into 64 dimensions: texts sharing words get similar vectors."""
 
     model_id = "fake-embedder"
@@ -112,7 +115,7 @@ class FakeEmbedder(_Launches):
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-class FakeScorer(_Launches):
+class FakeScorer(Launches):
     """Scores a passage by its length, so the reranked order is known in advance."""
 
     model_id = "fake-scorer"

@@ -94,6 +94,10 @@ class DeviceModelScorer:
         assert isinstance(batch, PackedBatch)
         return batch
 
+    def upload(self, batch: PackedBatch) -> PackedBatch:
+        """The copy to the device is part of the modelled pass."""
+        return batch
+
     def launch(self, batch: PackedBatch) -> NDArray[np.float32]:
         """Sleep for the pass's device time (`time.sleep` releases the interpreter lock)."""
         time.sleep(self.device.seconds(batch.bounds[-1]))

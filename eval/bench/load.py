@@ -221,14 +221,21 @@ def run(options: BenchOptions) -> int:
             "clients": options.clients,
             "documents": options.documents,
         }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        results: dict[str, RunResult] = {}
+
+        def save(measured: dict[str, RunResult]) -> None:
+            """Each run is written as soon as it is measured: a run cut short by a time limit
+            still leaves its figures."""
+            results.update(measured)
+            report["runs"] = [r.summary() for r in results.values()]
+            report["ratios"] = _ratios(results)
+            out.write_text(json.dumps(report, indent=2) + "\n")
+
         bench = _Bench(options, model, placement.device.startswith("cuda"), workload, scratch)
-        results = bench.ceilings(scorer, placement, report)
-        results.update(bench.servers(results["ceiling"].batch_size))
-    report["runs"] = [r.summary() for r in results.values()]
-    report["ratios"] = _ratios(results)
+        save(bench.ceilings(scorer, placement, report))
+        bench.servers(results["ceiling"].batch_size, save)
     _print(results, report)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
     console.print(f"wrote {out}")
     return 0
 
@@ -268,8 +275,8 @@ class _Bench:
             console.print(f"ceiling-int8: {result.pairs_per_s:.1f} pairs/s; {int8.agreement}")
         return results
 
-    def servers(self, best: int) -> dict[str, RunResult]:
-        """Each server run in `--runs`, at the ceiling's best batch size."""
+    def servers(self, best: int, save: Callable[[dict[str, RunResult]], None]) -> None:
+        """Each server run in `--runs`, at the ceiling's best batch size, saved as it ends."""
         results: dict[str, RunResult] = {}
         plan = {
             "ragrank": ("continuous", "torch"),
@@ -282,15 +289,16 @@ class _Bench:
             if name in self.runs:
                 results[name] = self.ragrank(name, batching, backend, best)
                 console.print(f"{name}: {results[name].pairs_per_s:.1f} pairs/s")
+                save(results)
         if "infinity" not in self.runs:
-            return results
+            return
         infinity = find_infinity(self.options.infinity)
         if infinity is None:
             console.print(
                 "infinity: skipped, no infinity_emb found (pip install "
                 "'infinity-emb[server,torch]' into .venv-infinity, or pass --infinity)"
             )
-            return results
+            return
         results["infinity"] = _infinity(
             infinity,
             self.model,
@@ -301,7 +309,7 @@ class _Bench:
             scratch=self.scratch,
         )
         console.print(f"infinity: {results['infinity'].pairs_per_s:.1f} pairs/s")
-        return results
+        save(results)
 
     def ragrank(self, name: str, batching: str, backend: str, best: int) -> RunResult:
         """`ragrank serve` in its own process, under the workload."""

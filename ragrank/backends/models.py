@@ -11,6 +11,7 @@ copy; `forward` runs on the model's thread and never tokenises.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from ragrank.backends.packing import (
     PADDING_OFFSET_POSITIONS,
     Batch,
     PackedBatch,
+    PaddedBatch,
     collate_packed,
     collate_padded,
     first_position,
@@ -166,6 +168,26 @@ class _Runner:
     def features(self, batch: Batch) -> dict[str, torch.Tensor]:
         assert not isinstance(batch, PackedBatch)
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.features.items()}
+
+    def upload(self, batch: Batch) -> Batch:
+        """The batch's tensors queued for the device (from pinned memory on CUDA, so the copy
+        overlaps the pass before); the forward then finds them there. A no-op on the CPU."""
+        if not self._pin:
+            return batch
+
+        def move(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(self.device, non_blocking=True)
+
+        if isinstance(batch, PackedBatch):
+            types = batch.token_type_ids
+            return dataclasses.replace(
+                batch,
+                input_ids=move(batch.input_ids),
+                position_ids=move(batch.position_ids),
+                token_type_ids=None if types is None else move(types),
+                cu_seqlens=move(batch.cu_seqlens),
+            )
+        return PaddedBatch({k: move(v) for k, v in batch.features.items()})
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -383,6 +405,10 @@ class SentenceTransformerEmbedder:
     def forward(self, batch: Any) -> Vectors:
         return self.fetch(self.launch(batch))
 
+    def upload(self, batch: Batch) -> Batch:
+        """The batch on the model's device (model thread, before `launch`)."""
+        return self._runner.upload(batch)
+
     def launch(self, batch: Any) -> Launched:
         """The forward pass, its vectors queued for the host (model thread)."""
         with self._runner.running():
@@ -577,6 +603,10 @@ class CrossEncoderScorer:
 
     def forward(self, batch: Any) -> NDArray[np.float32]:
         return self._run(self._model, batch)
+
+    def upload(self, batch: Batch) -> Batch:
+        """The batch on the model's device (model thread, before `launch`)."""
+        return self._runner.upload(batch)
 
     def launch(self, batch: Any) -> Launched:
         """The forward pass, its logits queued for the host (model thread)."""
