@@ -321,7 +321,13 @@ def _bench_rows(bench: dict[str, Any], table: Checks) -> None:
             f"{k}: {v:.0f}" if isinstance(v, float) else f"{k}: {v}" for k, v in kernels.items()
         ),
     )
-    for clients, server in bench["server"].items():
+    servers = dict(bench["server"])
+    first = servers.pop("first_request_ms")
+    table.add(
+        "first /v1/rerank request of a fresh server, 32 abstracts",
+        f"{first['warmup_on']} ms with warm-up, {first['warmup_off']} ms without",
+    )
+    for clients, server in servers.items():
         judged = clients == "64"
         table.add(
             f"/v1/rerank, {clients} clients x 32 abstracts",

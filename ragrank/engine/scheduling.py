@@ -9,8 +9,9 @@ the same way):
   a request stays in as few batches as its size allows;
 - padded batches cost count x longest, so the oldest items of a look-ahead
   (`LOOKAHEAD_BATCHES` batches' worth) are sorted by length, and the next batch is the run of
-  the oldest item's neighbours in length that fills the limits with the least padding. The oldest item always runs, so no request waits behind more than
-  that look-ahead of later work, and requests finish oldest first, batch by batch.
+  the oldest item's neighbours in length that fills the limits with the least padding. The
+  oldest item always runs, so no request waits behind more than that look-ahead of later work,
+  and requests finish oldest first, batch by batch.
 
 The window policies (`window`, `arrival`, `request`) take up to `WINDOW_BATCHES` batches' worth
 of work at once and run all of it before looking again: the least padding, but every request of

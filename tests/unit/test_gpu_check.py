@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.bench.gpu_check import Step, checks, markdown
+from eval.bench.gpu_check import Step, checks, gpu_test_modules, markdown
 
 
 def bench_result(pairs_per_s: float, over_model: float, agreement: float) -> dict:
@@ -25,6 +25,7 @@ def bench_result(pairs_per_s: float, over_model: float, agreement: float) -> dic
             "scifact_packed_by_kernel": {"sdpa": pairs_per_s, "flash": "unavailable: ImportError"},
         },
         "server": {
+            "first_request_ms": {"warmup_on": 150.0, "warmup_off": 900.0},
             "16": {"pairs_per_s": 1.0, "p50_ms": 1, "p99_ms": 2, "over_model_only": 0.5},
             "64": {"pairs_per_s": 1.0, "p50_ms": 1, "p99_ms": 2, "over_model_only": over_model},
         },
@@ -81,11 +82,33 @@ def test_a_cpu_run_judges_nothing_and_a_step_that_failed_shows_in_the_table():
     assert "| tests | timed out after 150 s | 150.0 |" in markdown(report)
 
 
+def test_only_the_modules_with_gpu_tests_are_collected():
+    modules = gpu_test_modules()
+    assert "tests/integration/test_packing.py" in modules
+    assert all("mark.gpu" in Path(m).read_text() for m in modules)
+    assert "tests/integration/test_fuzz.py" not in modules
+
+
+def test_an_exact_search_without_faiss_gpu_is_reported_not_failed():
+    exact = {
+        "against": "numpy float64",
+        "identical": 10,
+        "identical_up_to_ties": 10,
+        "queries": 10,
+        "top": 100,
+        "faiss": "faiss-cpu 1.15.1 on the CPU",
+    }
+    step = Step("exact", [], 1, Path("exact.json"), status="ok", result=exact)
+    (row,) = checks([step], targets=True)
+    assert row["figure"].startswith("faiss-gpu not installed")
+    assert row["verdict"] == ""
+
+
 def test_a_step_output_that_lacks_a_figure_is_an_error_not_a_silent_gap():
     result = bench_result(2400, 0.95, 1.0)
     del result["reranker"]["scifact_packed_by_budget"]
     with pytest.raises(KeyError, match="scifact_packed_by_budget"):
         verdicts(result)
-    load = Step("load-16", [], 1, Path("load-16.json"), status="ok", result={"runs": []})
+    load = Step("load-64", [], 1, Path("load-64.json"), status="ok", result={"runs": []})
     with pytest.raises(KeyError, match="ragrank"):
         checks([load], targets=False)
