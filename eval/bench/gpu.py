@@ -385,7 +385,13 @@ def _print(report: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"packed by token budget: {report['reranker']['scifact_packed_by_budget']}")
     console.print(f"packed by varlen kernel: {report['reranker']['scifact_packed_by_kernel']}")
-    for clients, row in report["server"].items():
+    servers = dict(report["server"])
+    first = servers.pop("first_request_ms")
+    console.print(
+        f"first request of a fresh server: {first['warmup_on']} ms with warm-up, "
+        f"{first['warmup_off']} ms without"
+    )
+    for clients, row in servers.items():
         console.print(
             f"/v1/rerank {clients} clients: {row['pairs_per_s']:.0f} pairs/s, "
             f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
