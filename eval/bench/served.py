@@ -37,6 +37,7 @@ from rich.table import Table
 
 from eval.bench.device_model import H200_BATCH_TOKENS, DeviceModel
 from eval.bench.harness import (
+    RunResult,
     Workload,
     drive,
     first_request_ms,
@@ -68,37 +69,28 @@ ONE_CLIENT_OVERHEAD = 1.2
 
 
 @dataclass
-class Level:
+class Level(RunResult):
     """One run against one server: closed loop at some clients, or open loop at some load."""
 
-    name: str
-    pairs: int
-    seconds: float
-    latencies_ms: list[float]
-    device_pairs_per_s: float
+    device_pairs_per_s: float = 0.0
+    #: Each stage's share of the wall time, the device's busy and idle shares, and a pair's
+    #: mean wait (`shares`).
     stages: dict[str, float] = field(default_factory=dict)
-    idle_share: float = 0.0
     requests: int = 0
     #: Open loop: the arrival rate sent, and the latencies of an ideal engine on the same
     #: arrivals (`ideal_latencies`).
     extra: dict[str, float | None] = field(default_factory=dict)
 
-    @property
-    def pairs_per_s(self) -> float:
-        return self.pairs / self.seconds if self.seconds else 0.0
-
     def summary(self) -> dict[str, Any]:
+        measured = super().summary()
+        del measured["batch_size"], measured["note"]
         return {
-            "name": self.name,
-            "pairs": self.pairs,
-            "requests": self.requests,
-            "seconds": round(self.seconds, 3),
+            **measured,
             "pairs_per_s": round(self.pairs_per_s, 1),
-            "p50_ms": latency_quantile(self.latencies_ms, 50),
-            "p99_ms": latency_quantile(self.latencies_ms, 99),
+            "requests": self.requests,
             "served_over_device": round(self.pairs_per_s / self.device_pairs_per_s, 3),
             "stage_shares": {k: round(v, 3) for k, v in self.stages.items()},
-            "idle_share": round(self.idle_share, 3),
+            "idle_share": round(self.stages.get("idle", 0.0), 3),
             **self.extra,
         }
 
@@ -244,15 +236,13 @@ class _Run:
         before = scrape(base)
         seconds, latencies = asyncio.run(drive(base + "/v1/rerank", body, workload, clients))
         pairs = sum(len(docs) for _, docs in requests)
-        stages = shares(before, scrape(base), seconds, pairs)
         return Level(
             f"{clients} client{'s' if clients > 1 else ''}",
             pairs,
             seconds,
             latencies,
-            device,
-            stages=stages,
-            idle_share=stages.get("idle", 0.0),
+            device_pairs_per_s=device,
+            stages=shares(before, scrape(base), seconds, pairs),
             requests=count,
         )
 
@@ -272,22 +262,19 @@ class _Run:
         ]
         ideal = ideal_latencies(arrivals, requests, model)
         pairs = sum(len(r) for r in requests)
-        stages = shares(before, scrape(base), seconds, pairs)
-        extra = {
-            "offered_pairs_per_s": round(pairs / arrivals[-1], 1) if arrivals else None,
-            "ideal_p50_ms": latency_quantile(ideal, 50),
-            "ideal_p99_ms": latency_quantile(ideal, 99),
-        }
         return Level(
             f"open loop {load:.0%}",
             pairs,
             seconds,
             latencies,
-            device,
-            stages=stages,
-            idle_share=stages.get("idle", 0.0),
+            device_pairs_per_s=device,
+            stages=shares(before, scrape(base), seconds, pairs),
             requests=len(latencies),
-            extra=extra,
+            extra={
+                "offered_pairs_per_s": round(pairs / arrivals[-1], 1) if arrivals else None,
+                "ideal_p50_ms": latency_quantile(ideal, 50),
+                "ideal_p99_ms": latency_quantile(ideal, 99),
+            },
         )
 
 
