@@ -69,3 +69,22 @@ async def test_the_job_queue_is_reported_by_state(indexed_services, tmp_path):
         text = (await client.get("/metrics")).text
     assert _value(text, "ragrank_jobs", state="queued") == 4  # no worker runs here
     assert _value(text, "ragrank_jobs", state="done") == 0
+
+
+async def test_each_stage_and_the_device_clock_are_reported(indexed_services):
+    app = create_app(Settings(), services=indexed_services)
+    rerank = {"engine": "rerank", "model": "fake-scorer"}
+    async with AsyncTestClient(app=app) as client:
+        before = (await client.get("/metrics")).text
+        search = {"query": "rivers", "top_k": 5, "candidates": 8}
+        assert (await client.post("/v1/search", json=search)).status_code == 200
+        text = (await client.get("/metrics")).text
+    for stage in ("tokenise", "collate", "forward", "queue_wait"):
+        grown = _value(text, "ragrank_stage_seconds_total", stage=stage, **rerank) - _value(
+            before, "ragrank_stage_seconds_total", stage=stage, **rerank
+        )
+        assert grown > 0, stage
+    busy = "ragrank_device_busy_seconds_total"
+    assert _value(text, busy, **rerank) > _value(before, busy, **rerank)
+    assert 0.0 <= _value(text, "ragrank_device_idle_share", **rerank) <= 1.0
+    assert "ragrank_device_idle_seconds_total{" in text
