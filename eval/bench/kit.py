@@ -40,6 +40,7 @@ SERVE = (
     "qdrant-edge-py",
     "litestar",
     "litestar-htmx",
+    "rich-click",
     "msgspec",
     "multipart",
     "polyfactory",
@@ -72,7 +73,6 @@ EXTRA = {
         "cramjam",
         "cbor2",
         "lz4",
-        "rich-click",
     ),
 }
 LIMIT_BYTES = 48 * 1024 * 1024
