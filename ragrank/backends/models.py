@@ -210,9 +210,10 @@ class _Runner:
     ) -> list[tuple[int, int]]:
         """(items, tokens each) of the warm-up passes: on a GPU a ladder of lengths, each alone
         and as a full batch, so that kernels, cuBLAS and the allocator are ready for real
-        traffic; on a CPU a short and a long input alone."""
+        traffic; on a CPU, which compiles nothing, two short inputs (a long one would cost a
+        large model seconds of start-up for nothing)."""
         if not self._pin:
-            return [(1, min(16, longest)), (1, min(512, longest))]
+            return [(1, min(16, longest)), (1, min(128, longest))]
         lengths = sorted({min(n, longest) for n in (16, 64, 128, 256, 512, longest)})
         full = [(max(1, min(batch_items, batch_tokens // n)), n) for n in lengths]
         return [(1, n) for n in lengths] + full
@@ -223,9 +224,12 @@ class _Runner:
         forward: Callable[[Batch], object],
         shapes: Sequence[tuple[int, int]],
     ) -> int:
-        """Run `forward` over each shape, packed (where the model packs) and padded; returns
-        the passes run."""
-        paths = [True, False] if self.family is not None else [False]
+        """Run `forward` over each shape, on a GPU packed (where the model packs) and padded,
+        on a CPU the way it runs; returns the passes run."""
+        if not self._pin:
+            paths = [self.packed]
+        else:
+            paths = [True, False] if self.family is not None else [False]
         passes = 0
         for count, length in shapes:
             inputs = [make(length)] * count

@@ -251,7 +251,7 @@ def test_each_host_thread_tokenises_with_its_own_tokenizer_copy(scorer):
     assert scorer.tokens._backend not in copies
 
 
-def test_warm_up_runs_the_forward_over_its_shapes_packed_and_padded(scorer, embedder):
-    """On a CPU: a short and a long input, each through the packed and the padded path."""
-    assert scorer.warm_up(16, 8192) == 4
-    assert embedder.warm_up(16, 8192) >= 2
+def test_warm_up_runs_the_forward_over_its_shapes(scorer, embedder):
+    """On a CPU: two short inputs, the way the model runs."""
+    assert scorer.warm_up(16, 8192) == 2
+    assert embedder.warm_up(16, 8192) == 2
