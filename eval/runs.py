@@ -6,13 +6,13 @@ search: dense (ANN), BM25 sparse, and hybrid (both fused), as the server runs th
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
 from ragrank.documents import Chunk, Document
-from ragrank.engine import BatchEngine, BatchStats, EngineLimits
+from ragrank.engine import BatchStats, EngineLimits, scoring_engine
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -106,13 +106,10 @@ async def _score(
 ) -> list[float]:
     """Every input's logit through one batching engine, as the server scores them; `scored`
     hears of each batch's size."""
-    engine: BatchEngine[ModelInput, Any, float] = BatchEngine(
+    engine = scoring_engine(
         "eval",
-        collate=scorer.collate,
-        upload=scorer.upload,
-        run=scorer.launch,
-        fetch=lambda launched: scorer.fetch(launched).tolist(),
-        limits=EngineLimits(
+        scorer,
+        EngineLimits(
             max_batch_size=batch_size,
             max_batch_tokens=batch_tokens,
             max_wait_ms=0.0,

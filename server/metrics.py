@@ -18,6 +18,7 @@ from prometheus_client import (
 )
 
 from indexing import JOB_STATES
+from ragrank.engine import STAGES
 from ragrank.errors import JobQueueUnavailableError
 
 if TYPE_CHECKING:
@@ -97,8 +98,6 @@ ERRORS = Counter(
 
 def observe(stats: BatchStats) -> None:
     labels = {"engine": stats.engine, "model": stats.model}
-    for stage, seconds in stats.stages.items():
-        STAGE_SECONDS.labels(**labels, stage=stage).inc(seconds)
     BATCH_ITEMS.labels(**labels).observe(stats.items)
     BATCH_REQUESTS.labels(**labels).observe(stats.requests)
     BATCH_TOKENS.labels(**labels).observe(stats.padded_tokens)
@@ -112,16 +111,17 @@ def instrument(engine: BatchEngine[Any, Any, Any]) -> None:
     labels = {"engine": engine.name, "model": engine.model}
     QUEUE_DEPTH.labels(**labels).set_function(lambda: engine.queue_depth)
     IDLE_SHARE.labels(**labels).set_function(engine.clock.idle_share)
-    busy, idle = DEVICE_BUSY.labels(**labels), DEVICE_IDLE.labels(**labels)
-    tokenise = STAGE_SECONDS.labels(**labels, stage="tokenise")
-    counted = [0.0, 0.0, 0.0]
+    counters = {stage: STAGE_SECONDS.labels(**labels, stage=stage) for stage in STAGES}
+    counters |= {"busy": DEVICE_BUSY.labels(**labels), "idle": DEVICE_IDLE.labels(**labels)}
+    counted = dict.fromkeys(counters, 0.0)
 
     def clocked(_: BatchStats) -> None:
-        """The engine's running totals, as counters: what grew since the last batch."""
-        now = [engine.clock.busy_s, engine.clock.idle_s, engine.totals.snapshot()["tokenise"]]
-        for counter, value, before in zip((busy, idle, tokenise), now, counted, strict=True):
-            counter.inc(max(0.0, value - before))
-        counted[:] = now
+        """The engine's running totals (its stages and its device clock), as counters: what
+        grew since the last batch."""
+        now = {**engine.totals.snapshot(), "busy": engine.clock.busy_s, "idle": engine.clock.idle_s}
+        for key, counter in counters.items():
+            counter.inc(max(0.0, now[key] - counted[key]))
+        counted.update(now)
 
     engine.on_batch.append(clocked)
 

@@ -18,7 +18,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragrank.device import batch_limits, resolve_placement
-from ragrank.engine import BatchEngine, DeviceTurns, EngineLimits
+from ragrank.engine import (
+    BatchEngine,
+    DeviceTurns,
+    EngineLimits,
+    embedding_engine,
+    scoring_engine,
+)
 from ragrank.errors import (
     EngineUnavailableError,
     InvalidRequestError,
@@ -253,15 +259,13 @@ class SearchService:
         embed_turns, rerank_turns = DeviceTurns(), DeviceTurns()
 
         def embed_engine(served: Served[Embedder]) -> EmbedEngine:
-            embedder = served.model
-            return BatchEngine(
+            return embedding_engine(
                 "embed",
-                collate=embedder.collate,
-                upload=embedder.upload,
-                run=embedder.launch,
-                fetch=lambda launched: list(embedder.fetch(launched)),
-                limits=limits(
-                    settings.embed_batch_size, settings.embed_batch_tokens, packed=embedder.packed
+                served.model,
+                limits(
+                    settings.embed_batch_size,
+                    settings.embed_batch_tokens,
+                    packed=served.model.packed,
                 ),
                 pool=self.host_pool,
                 model=served.name,
@@ -269,15 +273,13 @@ class SearchService:
             )
 
         def score_engine(served: Served[Scorer]) -> ScoreEngine:
-            scorer = served.model
-            return BatchEngine(
+            return scoring_engine(
                 "rerank",
-                collate=scorer.collate,
-                upload=scorer.upload,
-                run=scorer.launch,
-                fetch=lambda launched: scorer.fetch(launched).tolist(),
-                limits=limits(
-                    settings.rerank_batch_size, settings.rerank_batch_tokens, packed=scorer.packed
+                served.model,
+                limits(
+                    settings.rerank_batch_size,
+                    settings.rerank_batch_tokens,
+                    packed=served.model.packed,
                 ),
                 pool=self.host_pool,
                 model=served.name,

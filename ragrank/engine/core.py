@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ragrank.engine.scheduling import (
-    LOOKAHEAD_BATCHES,
     WINDOW_BATCHES,
     EngineLimits,
     batch_cost,
+    lookahead,
     next_batch,
     window_batches,
 )
@@ -50,6 +50,9 @@ from ragrank.errors import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+
+    from ragrank.protocols import Embedder, Scorer, Vectors
+    from ragrank.tokens import ModelInput
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +346,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
 
     def _take_continuous(self) -> list[_Work[Item]]:
         """The oldest live items that `next_batch` picks; the rest stay queued, in order."""
-        look = self.limits.max_batch_size * (1 if self.limits.packed else LOOKAHEAD_BATCHES)
+        look = lookahead(self.limits)
         pool: list[_Work[Item]] = []
         while self._queue and len(pool) < look:
             work = self._queue.popleft()
@@ -369,8 +372,9 @@ class BatchEngine(Generic[Item, Collated, Output]):
         return window
 
     async def _collate_and_run(self, batch: list[_Work[Item]]) -> None:
-        """Collate on the host pool, queue the forward pass on the model's thread (behind the
-        one running, if any), read its outputs back, then hand each output to its request."""
+        """Collate on the engine's own thread, queue the forward pass on the model's thread
+        (behind the one running, if any), read its outputs back, then hand each output to its
+        request."""
         loop = asyncio.get_running_loop()
         began = time.perf_counter()
         try:
@@ -511,3 +515,34 @@ class BatchEngine(Generic[Item, Collated, Output]):
             request.fail(error)
         self._pending.clear()
         self._queue.clear()
+
+
+def scoring_engine(
+    name: str, scorer: Scorer, limits: EngineLimits, **options: Any
+) -> BatchEngine[ModelInput, Any, float]:
+    """An engine that runs `scorer` (collate, upload, launch, fetch), its outputs the float
+    logits; `options` are the engine's other fields (pool, model, turns, on_batch)."""
+    return BatchEngine(
+        name,
+        collate=scorer.collate,
+        upload=scorer.upload,
+        run=scorer.launch,
+        fetch=lambda launched: scorer.fetch(launched).tolist(),
+        limits=limits,
+        **options,
+    )
+
+
+def embedding_engine(
+    name: str, embedder: Embedder, limits: EngineLimits, **options: Any
+) -> BatchEngine[ModelInput, Any, Vectors]:
+    """An engine that runs `embedder`, its outputs one vector per input."""
+    return BatchEngine(
+        name,
+        collate=embedder.collate,
+        upload=embedder.upload,
+        run=embedder.launch,
+        fetch=lambda launched: list(embedder.fetch(launched)),
+        limits=limits,
+        **options,
+    )

@@ -80,6 +80,12 @@ def longest_first(lengths: Sequence[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
+def lookahead(limits: EngineLimits) -> int:
+    """How many of the oldest waiting items `next_batch` reads: a batch's worth when packed
+    (the oldest that fit), `LOOKAHEAD_BATCHES` batches' worth when padded."""
+    return limits.max_batch_size * (1 if limits.packed else LOOKAHEAD_BATCHES)
+
+
 def next_batch(waiting: Sequence[int], limits: EngineLimits) -> list[int]:
     """The continuous policy: which of the oldest waiting items (their lengths, oldest first)
     form the next batch, as indices into `waiting`, longest first."""
@@ -88,7 +94,7 @@ def next_batch(waiting: Sequence[int], limits: EngineLimits) -> list[int]:
     if limits.packed:
         first = cut(waiting, limits.max_batch_size, limits.max_batch_tokens, packed=True)[0]
         return longest_first(waiting[first])
-    pool = waiting[: limits.max_batch_size * LOOKAHEAD_BATCHES]
+    pool = waiting[: lookahead(limits)]
     order = longest_first(pool)
     start, count = _around(
         [pool[i] for i in order], order.index(0), limits.max_batch_size, limits.max_batch_tokens
