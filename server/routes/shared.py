@@ -127,5 +127,8 @@ async def unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[_
         watcher.cancel()
     if not task.done():
         task.cancel()
+        # Wait for the cancellation to land, so the work's queued items are dropped before the
+        # answer goes out rather than on some later turn of the loop.
+        await asyncio.wait({task})
         raise ClientDisconnectedError("the client disconnected before the answer was ready")
     return task.result()

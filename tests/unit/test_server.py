@@ -459,13 +459,29 @@ async def test_search_recovers_by_itself_when_qdrant_returns(fake_services):
 
 
 class GatedScorer(FakeScorer):
+    """Holds every forward pass at a gate, and records each batch as the engine collates it."""
+
     def __init__(self) -> None:
         super().__init__()
         self.gate = threading.Event()
+        self.collated: list[list[tuple[str, str]]] = []
+
+    def collate(self, inputs):
+        pairs = super().collate(inputs)
+        self.collated.append(pairs)
+        return pairs
 
     def score_pairs(self, pairs):
         self.gate.wait(10)
         return super().score_pairs(pairs)
+
+    async def until_collated(self, query: str) -> None:
+        """Wait (10 s at most) until a batch holding `query`'s pairs has been collated."""
+        for _ in range(1000):
+            if any(q == query for batch in self.collated for q, _ in batch):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no batch for {query!r} was collated")
 
 
 async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_services):
@@ -503,15 +519,18 @@ async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_se
         first = asyncio.create_task(
             client.post("/v1/search", json={"query": "rivers", "top_k": 3, "candidates": 3})
         )
-        await asyncio.sleep(0.2)  # the first request's pairs hold the reranker's worker
+        await scorer.until_collated("rivers")  # the first request's pairs hold the model
         second = asyncio.create_task(app(scope, receive, send))
-        await asyncio.sleep(0.2)
         # The second request's pairs wait behind the first's, collated as its next batch.
+        await scorer.until_collated("coffee espresso")
         assert not scorer.batches
         gone.set()  # the second client hangs up
         await second
         assert sent[0]["status"] == 499
         scorer.gate.set()
+        # Hold the loop while the model's thread moves on to the next batch: the items must
+        # have been dropped by the time the 499 went out, not on a later turn of the loop.
+        time.sleep(0.3)
         assert (await first).status_code == 200
     scored = {query for batch in scorer.batches for query, _ in batch}
     assert scored == {"rivers"}, "the disconnected request's pairs were never scored"
