@@ -4,7 +4,7 @@ implementations live in `ragrank.backends.models`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 Vectors = NDArray[np.float32]
 Pair = tuple[str, str]
+#: The two roles a served model plays, as the API names them (`/v1/models`' `type`, a
+#: request's `model` field).
+ModelRole = Literal["embedding", "rerank"]
 
 
 class Embedder(Protocol):

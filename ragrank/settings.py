@@ -40,6 +40,8 @@ Packed = Literal["auto", "on", "off"]
 #: (`ragrank/backends/quantization.py`).
 Backend = Literal["torch", "int8"]
 Switch = Literal["on", "off"]
+#: How a request's `model` is matched against the served models' names.
+ModelNames = Literal["open", "strict"]
 
 BATCHINGS: tuple[Batching, ...] = typing.get_args(Batching)
 LOG_FORMATS: tuple[LogFormat, ...] = typing.get_args(LogFormat)
@@ -181,6 +183,14 @@ class Settings:
         "",
         "several rerankers in one server, each picked by a request's `model`: entries as for "
         "`RAGRANK_EMBED_MODELS`; the first is the default and overrides `RAGRANK_RERANK_MODEL`",
+    )
+    model_names: ModelNames = setting(
+        "open",
+        "`open`: a request's `model` that no served model answers to gets its role's default, so "
+        "clients that send a vendor's name (`rerank-v3.5`, `text-embedding-3-small`) work "
+        "unchanged; `strict`: such a name is a `400` listing the served names, and the OpenAPI "
+        "schema lists them as each `model` field's `enum` (see "
+        "[models](models.md#several-models-in-one-server))",
     )
     model_memory_share: float = setting(
         0.8,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from litestar.datastructures import State
     from litestar.types import ControllerRouterHandler
 
+    from ragrank.protocols import ModelRole
     from ragrank.settings import Settings
 
 #: Something that runs for as long as the app serves, with the app's services and job queue:
@@ -71,7 +72,7 @@ def create_app(
         ready = services
         if ready is None:
             ready = await anyio.to_thread.run_sync(Services.load, settings)
-        _describe_models(app, ready)
+        _describe_models(app, ready, strict_names=settings.model_names == "strict")
         try:
             async with SearchService(ready, settings) as search_service:
                 for engine in search_service.engines:
@@ -122,16 +123,17 @@ def create_app(
     return app
 
 
-def _describe_models(app: Litestar, services: Services) -> None:
+def _describe_models(app: Litestar, services: Services, *, strict_names: bool) -> None:
     """Once the models are loaded, the served schema states what they accept: the embedder's
-    vector length and each role's model names."""
+    vector length and, when only served names are accepted, each role's model names."""
     bodies = request_types(app)
     write_dimension_into_schema(app.openapi_schema, bodies, services.embedder.dimension)
-    names = {
-        "rerank": [name for served in services.rerankers for name in served.names],
-        "embedding": [name for served in services.embedders for name in served.names],
-    }
-    write_models_into_schema(app.openapi_schema, bodies, names)
+    if strict_names:
+        names: dict[ModelRole, list[str]] = {
+            "rerank": [name for served in services.rerankers for name in served.names],
+            "embedding": [name for served in services.embedders for name in served.names],
+        }
+        write_models_into_schema(app.openapi_schema, bodies, names)
 
 
 def _route_handlers(settings: Settings, keys: ApiKeys) -> list[ControllerRouterHandler]:

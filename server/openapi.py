@@ -10,10 +10,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from litestar.openapi.spec import OpenAPI, OpenAPIType, Schema
 
+from ragrank.settings import ANY_NAME
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from litestar import Litestar
+
+    from ragrank.protocols import ModelRole
 
 
 def request_types(app: Litestar) -> list[type]:
@@ -97,12 +101,12 @@ def write_dimension_into_schema(openapi: OpenAPI, kinds: Iterable[type], dimensi
 
 
 def write_models_into_schema(
-    openapi: OpenAPI, kinds: Iterable[type], names: Mapping[str, Sequence[str]]
+    openapi: OpenAPI, kinds: Iterable[type], names: Mapping[ModelRole, Sequence[str]]
 ) -> None:
-    """Once the models are loaded: the names each `model` field accepts (by role), unless a
-    model of that role takes any name (`*`)."""
+    """Once the models are loaded, under strict model names: the names each `model` field
+    accepts (by role), unless a model of that role takes any name (`*`)."""
     for option, role in _marked_options(openapi, kinds, "served_models", OpenAPIType.STRING):
-        if role in names and "*" not in names[role]:
+        if role in names and ANY_NAME not in names[role]:
             option.enum = sorted(set(names[role]))
 
 

@@ -34,7 +34,7 @@ from ragrank.errors import (
     RequestTimeoutError,
 )
 from ragrank.memory import ModelSize, available_bytes, check_fits, weights_bytes
-from ragrank.protocols import Embedder, Scorer, relevance
+from ragrank.protocols import Embedder, ModelRole, Scorer, relevance
 from ragrank.settings import ANY_NAME, Settings, env_name, first_name
 from ragrank.sparse import SparseEncoder, SparseQuery, sparse_encoder
 from ragrank.store import Fusion, Store, open_store
@@ -86,9 +86,12 @@ class Served(Generic[_Model]):
         return first_name(self.names)
 
 
-def pick(served: Sequence[Served[_Model]], name: str | None, role: str) -> Served[_Model]:
-    """The served model a request names (absent: the default, the first); a 400 listing the
-    served ones for a name none answers to, unless one of them takes any name (`*`)."""
+def pick(
+    served: Sequence[Served[_Model]], name: str | None, role: ModelRole, *, strict: bool
+) -> Served[_Model]:
+    """The served model a request names. Absent, or a name no model answers to: the one named
+    `*` if any, else the default (the first), so that clients sending a vendor's name work
+    unchanged. `strict` makes an unknown name a 400 listing the served ones instead."""
     if name is None:
         return served[0]
     for candidate in served:
@@ -97,9 +100,12 @@ def pick(served: Sequence[Served[_Model]], name: str | None, role: str) -> Serve
     for candidate in served:
         if ANY_NAME in candidate.names:
             return candidate
+    if not strict:
+        return served[0]
     listed = "; ".join(" | ".join(s.names) for s in served)
     raise InvalidRequestError(
-        f"model: {name!r} is not served here; the {role} models are: {listed} (see /v1/models)",
+        f"model: {name!r} is not served here; the {role} models are: {listed} (see /v1/models,"
+        f" or set {env_name('model_names')}=open to answer any name with the default)",
         field="model",
     )
 
@@ -228,6 +234,7 @@ class SearchService:
     def __init__(self, services: Services, settings: Settings) -> None:
         self.services = services
         self._warmup = settings.warmup == "on"
+        self._strict_names = settings.model_names == "strict"
         self._retrieval = settings.retrieval
         self._fusion = Fusion(
             settings.fusion,
@@ -305,15 +312,15 @@ class SearchService:
     def reranker(
         self, name: str | None
     ) -> tuple[Served[Scorer], BatchEngine[ModelInput, Any, float]]:
-        """The reranker a request's `model` names, and its engine (a 400 for no served one)."""
-        served = pick(self.services.rerankers, name, "reranking")
+        """The reranker a request's `model` picks (see `pick`), and its engine."""
+        served = pick(self.services.rerankers, name, "rerank", strict=self._strict_names)
         return served, self.score_engines[served.name]
 
     def embedder(
         self, name: str | None
     ) -> tuple[Served[Embedder], BatchEngine[ModelInput, Any, Vector]]:
-        """The embedder a request's `model` names, and its engine (a 400 for no served one)."""
-        served = pick(self.services.embedders, name, "embedding")
+        """The embedder a request's `model` picks (see `pick`), and its engine."""
+        served = pick(self.services.embedders, name, "embedding", strict=self._strict_names)
         return served, self.embed_engines[served.name]
 
     async def __aenter__(self) -> SearchService:

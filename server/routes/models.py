@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from litestar import get
 from msgspec import Meta, Struct
 
+from ragrank.protocols import ModelRole
 from server.routes.shared import error_responses
 from server.services import SearchService, Served
 
@@ -23,7 +24,7 @@ class ModelCard(Struct, frozen=True, kw_only=True):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "ragrank"
-    type: Annotated[Literal["embedding", "rerank"], Meta(description="Its role.")]
+    type: Annotated[ModelRole, Meta(description="Its role.")]
     model: Annotated[str, Meta(description="The hub id or folder it was loaded from.")]
     names: Annotated[
         list[str], Meta(description="Every name that picks it; `*` takes any name not served.")
@@ -41,7 +42,7 @@ async def models(search_service: SearchService) -> ModelList:
     """Every served model: the embedders, then the rerankers, each role's default first."""
     services = search_service.services
 
-    def card(served: Served[Any], role: Literal["embedding", "rerank"], position: int) -> ModelCard:
+    def card(served: Served[Any], role: ModelRole, position: int) -> ModelCard:
         return ModelCard(
             id=served.name,
             created=_STARTED,

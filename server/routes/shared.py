@@ -25,13 +25,13 @@ NON_BLANK = (
 )
 
 #: The served model a request picks, by one of its names (RAGRANK_RERANK_MODELS,
-#: RAGRANK_EMBED_MODELS) or its hub id; absent, the default. A name no served model answers to
-#: is a 400 listing them, unless one takes any name (`*`). The served schema lists the names
-#: once the models are loaded (`server.openapi.write_models_into_schema`).
+#: RAGRANK_EMBED_MODELS) or its hub id; absent or unknown, the default (`server.services.pick`).
+#: Under RAGRANK_MODEL_NAMES=strict the served schema lists the names as an enum once the models
+#: are loaded (`server.openapi.write_models_into_schema`).
 _MODEL_HELP = (
-    "The served {role} model to use, by a name `/v1/models` lists or its hub id; absent: the "
-    "default (the first served). A name the server does not serve is a 400 listing the served "
-    "ones."
+    "The served {role} model to use, by a name `/v1/models` lists or its hub id; absent, or a "
+    "name no served model has (a vendor's, say): the default (the first served). A server run "
+    "with RAGRANK_MODEL_NAMES=strict answers an unknown name with a 400 listing the served ones."
 )
 RerankerName = (
     Annotated[

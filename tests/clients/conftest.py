@@ -129,11 +129,11 @@ def serve(
     folder: Path, embedder: Path, rerankers: tuple[Path, Path], *, keys: str
 ) -> Iterator[str]:
     """A real `ragrank serve` (embedded store, tiny models) with these API keys: its URL. The
-    frameworks send their vendors' model names, so the defaults take any name (`*`); the
-    second reranker answers to its own."""
+    frameworks send their vendors' model names, which the default models answer to as a plain
+    server's do: only the second reranker is named, for the cell that picks it."""
     env = {
-        "RAGRANK_EMBED_MODELS": f"e5|*={embedder}",
-        "RAGRANK_RERANK_MODELS": f"bge|*={rerankers[0]},{SECOND_RERANKER}={rerankers[1]}",
+        "RAGRANK_EMBED_MODEL": str(embedder),
+        "RAGRANK_RERANK_MODELS": f"{rerankers[0]},{SECOND_RERANKER}={rerankers[1]}",
         "RAGRANK_QDRANT_PATH": str(folder / "qdrant"),
         "RAGRANK_JOBS_PATH": str(folder / "jobs.sqlite3"),
         "RAGRANK_DEVICE": "cpu",

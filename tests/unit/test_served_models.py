@@ -1,6 +1,7 @@
 """Several models in one server: a request's `model` picks a reranker or an embedder by one of
-its names or its model id, absent it gets the default (the first), and a name no served model
-answers to is a 400 listing the served ones. `/v1/models`, `/ready` and the metrics list them."""
+its names or its model id; absent, or a name no served model answers to, it gets the default
+(the first), and under strict names an unknown one is a 400 listing the served ones.
+`/v1/models`, `/ready` and the metrics list them."""
 
 from __future__ import annotations
 
@@ -69,15 +70,46 @@ async def test_the_model_field_picks_a_reranker_by_name_or_id_and_the_default_is
     assert named.json()["model"] == "fake-short-first"
 
 
-async def test_an_unknown_model_is_a_400_listing_the_served_ones(client: AsyncTestClient):
-    for path, body in (
-        ("/v1/rerank", {"query": "q", "documents": ["d"], "model": "rerank-v3.5"}),
-        ("/rerank", {"query": "q", "texts": ["d"], "model": "rerank-v3.5"}),
-        ("/v1/search", {"query": "rivers", "model": "rerank-v3.5"}),
-        ("/v1/embeddings", {"input": ["rivers"], "model": "rerank-v3.5"}),
-        ("/embed", {"inputs": ["rivers"], "model": "rerank-v3.5"}),
-        ("/v2/embed", {"texts": ["rivers"], "model": "rerank-v3.5"}),
-    ):
+#: A vendor's model name on every route that takes a `model`.
+VENDOR_NAMED = (
+    ("/v1/rerank", {"query": "q", "documents": ["d"], "model": "rerank-v3.5"}),
+    ("/rerank", {"query": "q", "texts": ["d"], "model": "rerank-v3.5"}),
+    ("/v1/search", {"query": "rivers", "model": "rerank-v3.5"}),
+    ("/v1/embeddings", {"input": ["rivers"], "model": "rerank-v3.5"}),
+    ("/embed", {"inputs": ["rivers"], "model": "rerank-v3.5"}),
+    ("/v2/embed", {"texts": ["rivers"], "model": "rerank-v3.5"}),
+)
+
+
+async def test_by_default_a_name_no_model_has_gets_the_default_on_every_route(
+    client: AsyncTestClient,
+):
+    for path, body in VENDOR_NAMED:
+        answer = await client.post(path, json=body)
+        assert answer.status_code == 200, (path, answer.text)
+    assert await _order(client, model="rerank-v3.5") == await _order(client)
+    vectors = await client.post("/v1/embeddings", json={"input": ["r"], "model": "ada-002"})
+    assert vectors.json()["model"] == "fake-embedder"
+    assert len(vectors.json()["data"][0]["embedding"]) == 64  # the default, not `narrow`
+    schema = (await client.get("/schema/openapi.json")).json()["components"]["schemas"]
+    assert "enum" not in schema["RerankRequest"]["properties"]["model"]["anyOf"][0]
+
+
+async def test_strict_names_make_an_unknown_model_a_400_listing_the_served_ones(
+    indexed_services: Services,
+):
+    app = create_app(Settings(model_names="strict"), services=_several(indexed_services))
+    async with AsyncTestClient(app=app) as client:
+        await _strict_answers(client)
+        schema = (await client.get("/schema/openapi.json")).json()["components"]["schemas"]
+        model = schema["RerankRequest"]["properties"]["model"]["anyOf"][0]
+        assert model["enum"] == sorted(
+            ["bge", "BAAI/bge-reranker-v2-m3", "short", "fake-short-first"]
+        )
+
+
+async def _strict_answers(client: AsyncTestClient) -> None:
+    for path, body in VENDOR_NAMED:
         answer = await client.post(path, json=body)
         assert answer.status_code == 400, (path, answer.text)
         error = answer.json()["error"]
@@ -90,7 +122,9 @@ async def test_an_unknown_model_is_a_400_listing_the_served_ones(client: AsyncTe
 
 
 async def test_a_catch_all_name_takes_any_name_no_other_model_has(indexed_services: Services):
-    app = create_app(Settings(), services=_several(indexed_services, any_name=True))
+    app = create_app(
+        Settings(model_names="strict"), services=_several(indexed_services, any_name=True)
+    )
     async with AsyncTestClient(app=app) as client:
         assert await _order(client, model="rerank-v3.5") == [1, 2, 0]
         assert await _order(client, model="short") == [0, 2, 1]
