@@ -22,8 +22,10 @@ JOB_ID_RULE = "32 lowercase hexadecimal digits"
 #: Collection names: letters, digits, `_`, `-` and `.`, not starting with `.`, at most 255. The
 #: embedded store keeps a collection in a folder of that name, so nothing may climb out of it.
 MAX_COLLECTION_CHARS = 255
-COLLECTION_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}" + END
-COLLECTION_RULE = "1 to 255 letters, digits, '_', '-' or '.', not starting with '.'"
+COLLECTION_PATTERN = rf"^[A-Za-z0-9_-][A-Za-z0-9_.-]{{0,{MAX_COLLECTION_CHARS - 1}}}" + END
+COLLECTION_RULE = (
+    f"1 to {MAX_COLLECTION_CHARS} letters, digits, '_', '-' or '.', not starting with '.'"
+)
 
 _DOC_ID = re.compile(DOC_ID_PATTERN)
 _JOB_ID = re.compile(JOB_ID_PATTERN)

@@ -17,16 +17,56 @@ import threading
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from py3langid.langid import LanguageIdentifier
 
-#: ISO 639-1 code to the language name of Qdrant's BM25 (`qdrant_edge.Language`): the
-#: languages it has stopwords for, and where Snowball has one, a stemmer.
-ANALYSERS: dict[str, str] = {
+#: The language names of Qdrant's BM25 (`qdrant_edge.Language`): the languages it has stopwords
+#: for, and where Snowball has one, a stemmer.
+Analyser = Literal[
+    "arabic",
+    "azerbaijani",
+    "bengali",
+    "catalan",
+    "danish",
+    "german",
+    "greek",
+    "english",
+    "spanish",
+    "basque",
+    "finnish",
+    "french",
+    "hebrew",
+    "hungarian",
+    "indonesian",
+    "italian",
+    "japanese",
+    "kazakh",
+    "nepali",
+    "dutch",
+    "norwegian",
+    "portuguese",
+    "romanian",
+    "russian",
+    "slovene",
+    "swedish",
+    "tajik",
+    "turkish",
+    "chinese",
+]
+#: What `RAGRANK_BM25_LANGUAGE` takes: `auto` (each text's own language), one analyser for
+#: every text, or `none` (no stopwords, no stemming).
+Bm25Language = Literal[
+    "auto",
+    "none",
+    Analyser,
+]
+
+#: ISO 639-1 code to its analyser (typed, so a name Qdrant lacks fails the type check).
+ANALYSERS: dict[str, Analyser] = {
     "ar": "arabic",
     "az": "azerbaijani",
     "bn": "bengali",
@@ -60,6 +100,8 @@ ANALYSERS: dict[str, str] = {
 
 #: Qdrant's language name back to its ISO 639-1 code.
 CODES: dict[str, str] = {name: code for code, name in ANALYSERS.items()}
+if set(CODES) != set(get_args(Analyser)):
+    raise ImportError("every analyser needs its ISO 639-1 code in ANALYSERS")
 
 #: Dialects the identifier tells apart that BM25 analyses as one language.
 _DIALECTS = {"wuu": "zh", "yue": "zh", "arz": "ar", "ary": "ar", "nn": "no"}

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from ragrank.errors import SettingsError
 from ragrank.ids import collection_problem
+from ragrank.language import Bm25Language  # noqa: TC001 (`get_type_hints` reads it)
 
 if typing.TYPE_CHECKING:
     from collections.abc import Mapping
@@ -43,10 +44,6 @@ Switch = Literal["on", "off"]
 #: How a request's `model` is matched against the served models' names.
 ModelNames = Literal["open", "strict"]
 
-BATCHINGS: tuple[Batching, ...] = typing.get_args(Batching)
-LOG_FORMATS: tuple[LogFormat, ...] = typing.get_args(LogFormat)
-LOG_LEVELS: tuple[LogLevel, ...] = typing.get_args(LogLevel)
-SPARSE_KINDS: tuple[SparseKind, ...] = typing.get_args(SparseKind)
 RETRIEVALS: tuple[Retrieval, ...] = typing.get_args(Retrieval)
 FUSIONS: tuple[FusionKind, ...] = typing.get_args(FusionKind)
 DTYPES: tuple[Dtype, ...] = typing.get_args(Dtype)
@@ -267,7 +264,7 @@ class Settings:
         "(dense only); with the `RAGRANK_BM25_*` settings, part of each document's stamp: a "
         "change re-indexes",
     )
-    bm25_language: str = setting(
+    bm25_language: Bm25Language = setting(
         "auto",
         "stopwords and Snowball stemmer of `bm25`: `auto` analyses each chunk and query in its "
         "own language (a document's `lang` or `language` metadata, else identified from the "
@@ -281,10 +278,15 @@ class Settings:
         ge=0.0,
         le=1.0,
     )
-    bm25_k: float = setting(1.2, "BM25's term-frequency saturation")
+    bm25_k: float = setting(
+        1.2, "BM25's term-frequency saturation (`0`: a term counts once)", ge=0.0, le=100.0
+    )
     bm25_b: float = setting(0.75, "BM25's length normalisation", ge=0.0, le=1.0)
     bm25_avg_len: float = setting(
-        256.0, "the chunk length, in terms, that length normalisation is relative to"
+        256.0,
+        "the chunk length, in terms, that length normalisation is relative to",
+        ge=1.0,
+        le=1_000_000.0,
     )
     retrieval: Retrieval = setting(
         "hybrid",

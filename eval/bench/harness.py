@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -23,12 +23,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
     from pathlib import Path
 
+    from eval.random_models import ModelKind
     from ragrank.protocols import Pair
 
 
-def tiny_model(
-    kind: Literal["embedder", "reranker"], out: Path, tokenizer_file: Path | None = None
-) -> Path:
+def tiny_model(kind: ModelKind, out: Path, tokenizer_file: Path | None = None) -> Path:
     """One tiny random model of the XLM-R shape (`eval.random_models.save_tiny_model`): what the
     tests, the client matrix and the short soak run all serve."""
     from eval.random_models import save_tiny_model

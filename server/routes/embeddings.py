@@ -40,16 +40,8 @@ Dimensions = (
     ]
     | None
 )
-#: Jina's tasks, by the e5 prefix each gets: e5 reads symmetric tasks as queries.
-JINA_TASKS = {
-    "retrieval.query": "query",
-    "retrieval.passage": "passage",
-    "text-matching": "query",
-    "classification": "query",
-    "separation": "query",
-    "code.query": "query",
-    "code.passage": "passage",
-}
+#: How vectors travel: JSON numbers, or little-endian float32 bytes in base64.
+EncodingFormat = Literal["float", "base64"]
 JinaTask = Literal[
     "retrieval.query",
     "retrieval.passage",
@@ -60,6 +52,17 @@ JinaTask = Literal[
     "code.passage",
 ]
 
+#: Jina's tasks, by the e5 prefix each gets: e5 reads symmetric tasks as queries.
+JINA_TASKS: dict[JinaTask, Literal["query", "passage"]] = {
+    "retrieval.query": "query",
+    "retrieval.passage": "passage",
+    "text-matching": "query",
+    "classification": "query",
+    "separation": "query",
+    "code.query": "query",
+    "code.passage": "passage",
+}
+
 
 class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """OpenAI's embeddings request, which is also Infinity's and Jina's; `input_type` (or
@@ -67,7 +70,7 @@ class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     input: EmbedText | EmbedTexts
     model: EmbedderName = None
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: EncodingFormat = "float"
     input_type: Annotated[
         Literal["query", "passage"],
         Meta(description="Which prefix the texts get (`query: ` or `passage: ` for e5)."),
@@ -88,7 +91,7 @@ class EmbeddingsRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields
         ),
     ] = True
     embedding_type: Annotated[
-        Literal["float", "base64"] | None, Meta(description="Jina's `encoding_format`.")
+        EncodingFormat | None, Meta(description="Jina's `encoding_format`.")
     ] = None
     late_chunking: Annotated[
         bool, Meta(description="Jina: not served; only `false` is accepted.", extra={"only": False})

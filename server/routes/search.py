@@ -9,6 +9,7 @@ from litestar.status_codes import HTTP_200_OK
 from msgspec import Meta, Struct
 
 from ragrank.language import known_language, primary_subtag
+from ragrank.settings import FusionKind, Retrieval
 from server.limits import length_limit, value_limit
 from server.routes.shared import MODEL_ERRORS, NON_BLANK, RerankerName, unless_disconnected
 from server.services import SearchService
@@ -53,7 +54,7 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         ),
     ] = True
     retrieval: Annotated[
-        Literal["dense", "sparse", "hybrid"] | None,
+        Retrieval | None,
         Meta(
             description="The first stage: `dense` (cosine of the embeddings), `sparse` (BM25) "
             "or `hybrid` (both, fused by `fusion`, the filter applied to each); absent: the "
@@ -61,7 +62,7 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         ),
     ] = None
     fusion: Annotated[
-        Literal["rrf", "dbsf"] | None,
+        FusionKind | None,
         Meta(
             description="How `hybrid` merges its two lists: `rrf` (reciprocal rank fusion) or "
             "`dbsf` (distribution-based score fusion); absent: the server's RAGRANK_FUSION."
