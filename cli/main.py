@@ -327,7 +327,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from server.demo import announce, demo_settings, show_demo
+    from cli.demo import announce, demo_settings, show_demo
 
     if args.preset == "auto":
         import torch
