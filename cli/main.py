@@ -187,8 +187,9 @@ def _worker(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from indexing import Worker, open_job_queue
+    from indexing import Worker
     from ragrank.backends.models import SentenceTransformerEmbedder
+    from ragrank.jobs import open_job_queue
     from ragrank.store import open_store
 
     settings = settings_from_args(args)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from litestar import Litestar
 
-    from indexing import JobQueue
+    from ragrank.jobs import JobQueue
     from ragrank.settings import Settings
     from server import Services
     from server.app import Companion

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
 
-    from indexing.jobs import Job, JobQueue
     from ragrank.documents import Document
+    from ragrank.jobs import Job, JobQueue
     from ragrank.protocols import Embedder
     from ragrank.settings import Settings
     from ragrank.store import Store

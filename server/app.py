@@ -14,8 +14,8 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
-from indexing import JobQueue, open_job_queue
 from ragrank import __version__
+from ragrank.jobs import JobQueue, open_job_queue
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.errors import EXCEPTION_HANDLERS, body_too_large
 from server.limits import write_limits_into_schema

@@ -17,9 +17,9 @@ from prometheus_client import (
     generate_latest,
 )
 
-from indexing import JOB_STATES
 from ragrank.engine import STAGES
 from ragrank.errors import JobQueueUnavailableError
+from ragrank.jobs import JOB_STATES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -33,9 +33,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from eval.bench.options import QueueBenchOptions
 from eval.random_models import save_tiny_model
-from indexing import Indexer, PostgresJobQueue, SqliteJobQueue, Worker
+from indexing import Indexer, Worker
 from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.documents import Document
+from ragrank.jobs.postgres import PostgresJobQueue
+from ragrank.jobs.sqlite import SqliteJobQueue
 from ragrank.options import parse_options
 from ragrank.settings import Settings
 from ragrank.store import open_store
@@ -43,13 +45,13 @@ from ragrank.store import open_store
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from indexing import Job, JobQueue
+    from ragrank.jobs import Job, JobQueue
     from ragrank.protocols import Embedder
 
 # The victim of the recovery run: claims the one job, renews its lease, never finishes.
 _VICTIM = """
 import sys, time
-from indexing import PostgresJobQueue
+from ragrank.jobs.postgres import PostgresJobQueue
 queue = PostgresJobQueue(sys.argv[1], lease_s=float(sys.argv[2]))
 while queue.claim() is None:
     time.sleep(0.05)

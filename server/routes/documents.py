@@ -1,10 +1,10 @@
-"""Document and job handlers: writes become jobs in the durable queue, answered at once with a
-job id; the indexing worker runs them (see indexing/worker.py). Ids in paths follow the same
-rules as ids in bodies (`ragrank/ids.py`)."""
+"""Document and job handlers: writes become jobs in the durable queue (`ragrank/jobs/`),
+answered at once with a job id; the indexing worker runs them (see indexing/worker.py). Ids in
+paths follow the same rules as ids in bodies (`ragrank/ids.py`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
 from litestar import Request, delete, get, post
@@ -13,7 +13,6 @@ from litestar.params import Parameter
 from litestar.status_codes import HTTP_202_ACCEPTED
 from msgspec import Meta, Struct
 
-from indexing import JobQueue
 from ragrank.documents import Document
 from ragrank.errors import InvalidRequestError
 from ragrank.ids import (
@@ -25,6 +24,7 @@ from ragrank.ids import (
     doc_id_problem,
     is_job_id,
 )
+from ragrank.jobs import JobKind, JobQueue, JobState
 from server.auth import WRITES
 from server.limits import length_limit
 from server.routes.shared import error_responses
@@ -66,8 +66,8 @@ class JobError(Struct, frozen=True, kw_only=True):
 
 class JobStatus(Struct, frozen=True, kw_only=True):
     job_id: str
-    kind: Literal["upsert", "delete"]
-    state: Literal["queued", "running", "done", "failed"]
+    kind: JobKind
+    state: JobState
     documents: int
     counts: dict[str, int]
     errors: list[JobError]

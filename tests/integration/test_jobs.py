@@ -14,10 +14,10 @@ from litestar.testing import AsyncTestClient
 
 from cli import in_process_worker
 from indexing import Chunker, Indexer
-from indexing.jobs.sqlite import SqliteJobQueue
 from indexing.worker import Worker
 from ragrank.documents import Document
 from ragrank.errors import JobQueueError, StoreError, StoreUnreachableError
+from ragrank.jobs.sqlite import SqliteJobQueue
 from ragrank.settings import Settings
 from server import create_app
 from server.services import Services

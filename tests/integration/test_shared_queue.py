@@ -25,10 +25,10 @@ import pytest
 from eval.bench.harness import free_port, ragrank_command, server_process
 from eval.bench.soak.checks import points
 from indexing import Chunker, Indexer, Worker
-from indexing.jobs.postgres import PostgresJobQueue
 from ragrank.backends.models import SentenceTransformerEmbedder
 from ragrank.documents import Document
 from ragrank.errors import JobQueueError
+from ragrank.jobs.postgres import PostgresJobQueue
 from ragrank.store import open_store
 from tests.conftest import tiny_settings
 from tests.fakes import FakeEmbedder

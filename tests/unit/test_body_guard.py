@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from indexing.jobs.sqlite import SqliteJobQueue
 from ragrank.errors import DocumentError, SettingsError
+from ragrank.jobs.sqlite import SqliteJobQueue
 from ragrank.settings import Settings
 from server import create_app
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from indexing.jobs.sqlite import SqliteJobQueue
 from ragrank.documents import Document
+from ragrank.jobs.sqlite import SqliteJobQueue
 
 
 def test_jobs_run_in_the_order_they_were_written_whatever_their_clocks(tmp_path, monkeypatch):
@@ -24,7 +24,7 @@ def test_jobs_run_in_the_order_they_were_written_whatever_their_clocks(tmp_path,
 
 
 def test_a_postgres_url_is_logged_without_its_password():
-    from indexing.jobs.postgres import redacted
+    from ragrank.jobs.postgres import redacted
 
     assert redacted("postgresql://app:s3cret@db:5432/q") == "postgresql://app:***@db:5432/q"
     assert redacted("postgresql://app@db/q") == "postgresql://app@db/q"

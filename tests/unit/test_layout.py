@@ -171,3 +171,52 @@ def test_every_link_between_the_docs_reaches_a_file_and_a_heading():
             if not linked.exists() or (anchor and anchor not in _anchors(linked)):
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+def _cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in imports.get(module, ()):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(imports):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_back_through_any_chain_lazy_imports_included():
+    """import-linter's `acyclic_siblings` sees cycles between siblings only; a package that
+    imports its own child, which imports the package back, passes it. grimp's graph holds every
+    import statement, those inside functions and under TYPE_CHECKING included."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    imports = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    assert _cycles(imports) == []
+
+
+def test_the_cycle_check_finds_a_package_importing_its_child_back():
+    assert _cycles({"p": {"p.child"}, "p.child": {"p"}, "q": {"p"}}) == [["p", "p.child"]]

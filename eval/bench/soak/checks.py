@@ -51,8 +51,9 @@ def jobs_done(soak: Soak, finished: dict[str, str], queue: list[Any]) -> dict[st
 
 def replay(settings: Settings, queue: list[Any], work: Path) -> dict[str, Any]:
     """Run the queue's jobs again, in order, on a fresh store, and compare the two."""
-    from indexing import Worker, open_job_queue
+    from indexing import Worker
     from ragrank.backends.models import SentenceTransformerEmbedder
+    from ragrank.jobs import open_job_queue
     from ragrank.store import open_store
 
     fresh = settings.replace(

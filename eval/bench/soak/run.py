@@ -173,7 +173,7 @@ class Run:
 def _report(
     run: Run, argv: Sequence[str] | None, seed: int, finished: dict[str, str], env: dict[str, str]
 ) -> dict[str, Any]:
-    from indexing import open_job_queue
+    from ragrank.jobs import open_job_queue
     from ragrank.settings import Settings
 
     soak, samples = run.soak, run.samples

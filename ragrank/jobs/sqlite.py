@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any
 
-from indexing.jobs import JOB_STATES, Job, JobKind, ended_state, upsert_payload
 from ragrank.errors import JobQueueError
+from ragrank.jobs.queue import JOB_STATES, Job, JobKind, ended_state, upsert_payload
 from ragrank.locks import lock_file
 from ragrank.settings import env_name
 

@@ -25,8 +25,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from indexing.jobs import JOB_STATES, Job, JobKind, ended_state, upsert_payload
 from ragrank.errors import JobQueueError, JobQueueUnavailableError
+from ragrank.jobs.queue import JOB_STATES, Job, JobKind, ended_state, upsert_payload
 from ragrank.settings import env_name
 
 if TYPE_CHECKING:

@@ -1,11 +1,6 @@
-"""The durable job queue between the API (which enqueues document writes) and the indexing
-workers (which run them), behind one interface with two engines:
-
-- `sqlite`: one file, the embedded default. API and worker on one machine, one worker.
-- `postgres`: a shared queue on PostgreSQL (`RAGRANK_JOBS_URL`) for any number of API replicas
-  and workers on any hosts, with leases, so a job whose worker died runs again.
-
-Both run the jobs touching one document in the order they were accepted."""
+"""The job queue's interface, shared by its engines and everything that uses a queue: the
+jobs, their kinds and states, and the `JobQueue` protocol. Its own module, so that the engines
+import it and never the package that picks between them."""
 
 from __future__ import annotations
 
@@ -19,7 +14,6 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from threading import Event
 
-    from ragrank.settings import Settings
 
 JobKind = Literal["upsert", "delete"]
 JobState = Literal["queued", "running", "done", "failed"]
@@ -123,16 +117,3 @@ class JobQueue(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def open_job_queue(settings: Settings) -> JobQueue:
-    """The queue the settings name: PostgreSQL at `jobs_url`, else SQLite at `jobs_path`."""
-    if settings.jobs_url:
-        from indexing.jobs.postgres import PostgresJobQueue
-
-        return PostgresJobQueue(
-            settings.jobs_url, lease_s=settings.jobs_lease_s, max_lost=settings.jobs_max_lost
-        )
-    from indexing.jobs.sqlite import SqliteJobQueue
-
-    return SqliteJobQueue(settings.jobs_path)
