@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
+from contextlib import suppress
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -77,5 +79,35 @@ def configure_logging(log_format: str = "auto", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    _adopt_library_loggers()
     # faiss announces at INFO which of its CPU builds it loaded.
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+
+
+#: Libraries whose loggers get a console handler of their own when their logging module is
+#: imported: huggingface_hub's (which also propagates, so each of its download retries printed
+#: twice, once plain and once as JSON) and transformers' (which does not propagate, so its
+#: warnings never reached the configured format). Imported here so that they are adopted
+#: before any model loads.
+_SELF_HANDLED = ("huggingface_hub.utils.logging", "transformers.utils.logging")
+
+
+def _adopt_library_loggers() -> None:
+    """Route every library logger through the root's one handler: drop the console handlers
+    libraries gave their own loggers, and let their records propagate."""
+    for module in _SELF_HANDLED:
+        with suppress(ImportError):
+            importlib.import_module(module)
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if not isinstance(logger, logging.Logger):
+            continue
+        console = [h for h in logger.handlers if _writes_to_console(h)]
+        if console:
+            for console_handler in console:
+                logger.removeHandler(console_handler)
+            logger.propagate = True
+
+
+def _writes_to_console(handler: logging.Handler) -> bool:
+    """A plain stream handler, as libraries add (a file handler is a subclass, and stays)."""
+    return type(handler) is logging.StreamHandler
