@@ -19,7 +19,7 @@ from ragrank import __version__
 from ragrank.errors import RagrankError
 from ragrank.logs import configure_logging
 from ragrank.options import add_options, add_setting_flags, options_from_args, settings_overrides
-from ragrank.settings import PRESETS, Settings
+from ragrank.settings import Settings, env_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -90,7 +90,7 @@ def _worker_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _demo_flags(parser: argparse.ArgumentParser) -> None:
-    _add_common(parser, preset_default="auto")
+    _add_common(parser)
     _add_listen(parser)
     parser.add_argument(
         "--no-serve", action="store_true", help="exit after the examples instead of serving"
@@ -133,17 +133,8 @@ def _store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _add_common(parser: argparse.ArgumentParser, preset_default: str | None = None) -> None:
-    group = parser.add_argument_group("models and store")
-    group.add_argument(
-        "--preset",
-        choices=[*PRESETS, *(["auto"] if preset_default else [])],
-        default=preset_default,
-        help="model pair: "
-        + "; ".join(f"{name} = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items())
-        + ". Explicit RAGRANK_EMBED_MODEL/RAGRANK_RERANK_MODEL still win.",
-    )
-    add_setting_flags(group, "models")
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    add_setting_flags(parser.add_argument_group("models and store"), "models")
 
 
 def _add_listen(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +143,7 @@ def _add_listen(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Environment first, then every flag the user gave."""
-    return Settings.from_env(preset=getattr(args, "preset", None), **settings_overrides(args))
+    return Settings.from_env(**settings_overrides(args))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -330,9 +321,10 @@ def _demo(args: argparse.Namespace) -> int:
 
     from cli.demo import announce, demo_settings, show_demo
 
-    if args.preset == "auto":
+    if args.preset is None and env_name("preset") not in os.environ:
         import torch
 
+        # The demo's pair fits the machine: the production one needs a GPU to feel responsive.
         args.preset = "default" if torch.cuda.is_available() else "small"
     if args.collection is None and "RAGRANK_COLLECTION" not in os.environ:
         args.collection = DEMO_COLLECTION
@@ -378,8 +370,8 @@ COMMANDS: dict[str, _Command] = {
         "index the bundled sample corpus, show cosine vs reranked order, then serve",
         "Index the bundled multilingual sample (124 short documents, 16 labelled "
         f"queries) into the collection '{DEMO_COLLECTION}', print a few queries in cosine and "
-        "in reranked order, then serve the API. --preset auto picks 'small' models on a "
-        "machine without CUDA.",
+        "in reranked order, then serve the API. Without --preset it picks 'small' models on a "
+        "machine without CUDA, else 'default'.",
         _demo_flags,
         _demo,
     ),

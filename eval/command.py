@@ -162,8 +162,8 @@ def _config(
         "rerank_model": settings.rerank_model if reranks else None,
         "rerank_model_fingerprint": model_fingerprint(settings.rerank_model) if reranks else None,
         "rerank_max_length": settings.rerank_max_length,
-        "query_prefix": settings.query_prefix,
-        "passage_prefix": settings.passage_prefix,
+        "query_prefix": settings.prefixes()[0],
+        "passage_prefix": settings.prefixes()[1],
         "device": placement.device,
         "dtype": str(placement.dtype).removeprefix("torch."),
         "ann_store": "embedded (Qdrant Edge)"

@@ -11,8 +11,6 @@ from typing import Any
 
 from ragrank.options import setting_flag
 from ragrank.settings import (
-    ENV_PREFIX,
-    PRESETS,
     Settings,
     bounds,
     choices_of,
@@ -41,13 +39,7 @@ This page is generated from `ragrank/settings.py` by `make docs`.
 
 def render() -> str:
     """The whole reference page, one table row per setting."""
-    presets = "; ".join(
-        f"`{name}` = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items()
-    )
-    rows = [
-        f"| `{ENV_PREFIX}PRESET` | none | {', '.join(f'`{name}`' for name in PRESETS)} | sets "
-        f"both models: {presets} (an explicit model variable still wins) |"
-    ]
+    rows = []
     hints = typing.get_type_hints(Settings)
     for field in dataclasses.fields(Settings):
         doc = str(field.metadata.get("doc", "")).replace("|", "\\|")

@@ -62,7 +62,8 @@ DEFAULT_EMBED_MODEL = "intfloat/multilingual-e5-base"
 DEFAULT_RERANK_MODEL = "BAAI/bge-reranker-v2-m3"
 
 #: Model presets. `small` suits machines without a GPU; `default` is the production pair.
-PRESETS: dict[str, tuple[str, str]] = {
+Preset = Literal["default", "small"]
+PRESETS: dict[Preset, tuple[str, str]] = {
     "default": (DEFAULT_EMBED_MODEL, DEFAULT_RERANK_MODEL),
     "small": ("intfloat/multilingual-e5-small", "cross-encoder/mmarco-mMiniLMv2-L12-H384-v1"),
 }
@@ -162,6 +163,13 @@ def shown_default(f: dataclasses.Field[Any]) -> str:
 class Settings:
     """Every knob of ragrank. Each field `name` is read from the variable `RAGRANK_<NAME>`."""
 
+    preset: Preset | None = setting(
+        None,
+        "a model pair for both model settings left at their defaults: "
+        + "; ".join(f"`{name}` = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items())
+        + " (`ragrank demo` without one picks `default` with CUDA, else `small`)",
+        flags="models",
+    )
     embed_model: str = setting(
         DEFAULT_EMBED_MODEL, "bi-encoder: hub id or local folder", flags="models"
     )
@@ -580,16 +588,18 @@ class Settings:
         for name in ("qdrant_url", "qdrant_api_key", "jobs_url"):
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
-        # A list of served models names the default first: the single-model fields follow it.
+        # A preset fills the model settings nobody set; a list of served models names the
+        # default first, and the single-model fields follow it.
+        if self.preset in PRESETS:
+            for name, model in zip(
+                ("embed_model", "rerank_model"), PRESETS[self.preset], strict=True
+            ):
+                if getattr(self, name) == _DEFAULTS[name]:
+                    object.__setattr__(self, name, model)
         for single, listed in (("embed_model", "embed_models"), ("rerank_model", "rerank_models")):
             served = parse_served(getattr(self, listed), env_name(listed))
             if served:
                 object.__setattr__(self, single, served[0].model_id)
-        query, passage = default_prefixes(self.embed_model)
-        if self.query_prefix is None:
-            object.__setattr__(self, "query_prefix", query)
-        if self.passage_prefix is None:
-            object.__setattr__(self, "passage_prefix", passage)
         self._check_values()
         if self.sparse == "none" and self.retrieval != "dense":
             raise SettingsError(
@@ -603,7 +613,7 @@ class Settings:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             allowed = choices_of(hints[f.name])
-            if allowed and value not in allowed:
+            if allowed and value is not None and value not in allowed:
                 raise SettingsError(f"{env_name(f.name)} must be one of {', '.join(allowed)}")
             low, high = bounds(f)
             if value is not None and not (
@@ -636,6 +646,21 @@ class Settings:
         problem = collection_problem(self.collection)
         if problem:
             raise SettingsError(f"{env_name('collection')}: {problem}")
+
+    def prefixes(self, model_id: str | None = None) -> tuple[str, str]:
+        """The (query, passage) prefixes of the embedder `model_id` (default: the default one).
+        The prefix settings apply to the default embedder; any other prefix is the model's own
+        (`default_prefixes`). Resolved when asked, so building or `replace()`-ing settings reads
+        no model files."""
+        model = model_id or self.embed_model
+        query, passage = (
+            (self.query_prefix, self.passage_prefix) if model == self.embed_model else (None, None)
+        )
+        if query is None or passage is None:
+            own_query, own_passage = default_prefixes(model)
+            query = own_query if query is None else query
+            passage = own_passage if passage is None else passage
+        return query, passage
 
     @property
     def host_threads(self) -> int:
@@ -672,21 +697,11 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Read `RAGRANK_*` variables; keyword overrides (CLI flags) win, `None` ones are ignored.
-
-        `RAGRANK_PRESET` (or the `preset` override) picks a model pair from `PRESETS`; an explicit
-        model variable or flag still wins over the preset.
-        """
+        """Read `RAGRANK_*` variables; keyword overrides (CLI flags) win, `None` ones are
+        ignored."""
         environ = os.environ if environ is None else environ
         hints = typing.get_type_hints(cls)
         values: dict[str, Any] = {}
-        preset = overrides.pop("preset", None) or environ.get(ENV_PREFIX + "PRESET")
-        if preset:
-            if preset not in PRESETS:
-                raise SettingsError(
-                    f"{ENV_PREFIX}PRESET must be one of {', '.join(PRESETS)}, got {preset!r}"
-                )
-            values["embed_model"], values["rerank_model"] = PRESETS[preset]
         for f in dataclasses.fields(cls):
             raw = environ.get(env_name(f.name))
             if raw is not None:
@@ -705,6 +720,10 @@ class Settings:
 @functools.cache
 def _hints() -> dict[str, Any]:
     return typing.get_type_hints(Settings)
+
+
+#: Each model setting's declared default, which a preset replaces.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings) if "model" in f.name}
 
 
 #: The request limits (the `max_*` settings the OpenAPI schema states) and the most and the

@@ -42,8 +42,13 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
         raise ModelLoadError(f"--loss {options.loss!r}: an embedder trains with mnrl")
     options = replace(options, base=options.base or settings.embed_model)
     # The base model mines its own hard negatives, with the configured prefixes.
-    settings = replace(settings, embed_model=str(options.base))
-    query_prefix, passage_prefix = settings.query_prefix or "", settings.passage_prefix or ""
+    query_prefix, passage_prefix = settings.prefixes()
+    settings = replace(
+        settings,
+        embed_model=str(options.base),
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+    )
     run = open_run("embedder", options, settings)
     if run is None:
         return options.output / MODEL_FOLDER
@@ -157,8 +162,9 @@ def _retrieve(
         )
         return np.asarray(vectors, dtype=np.float32)
 
-    documents = encode([(settings.passage_prefix or "") + texts[doc_id] for doc_id in pool])
-    question = encode([(settings.query_prefix or "") + dataset.queries[qid] for qid in query_ids])
+    query_prefix, passage_prefix = settings.prefixes()
+    documents = encode([passage_prefix + texts[doc_id] for doc_id in pool])
+    question = encode([query_prefix + dataset.queries[qid] for qid in query_ids])
     similarity = question @ documents.T
     depth = min(100, len(pool))
     run: dict[str, dict[str, float]] = {}

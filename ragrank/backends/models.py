@@ -60,7 +60,7 @@ from ragrank.backends.quantization import (
 from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
 from ragrank.loading import load_model
-from ragrank.settings import Settings, default_prefixes, env_name
+from ragrank.settings import Settings, env_name
 from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
 if TYPE_CHECKING:
@@ -376,9 +376,7 @@ class SentenceTransformerEmbedder:
         """The embedder the settings name (`model_id`: another of the served ones, with the
         role prefixes it was trained with; the prefix settings are the default one's)."""
         bound_kernel_cache(settings.cpu_kernel_cache)
-        query, passage = settings.query_prefix or "", settings.passage_prefix or ""
-        if model_id is not None and model_id != settings.embed_model:
-            query, passage = default_prefixes(model_id)
+        query, passage = settings.prefixes(model_id)
         return cls(
             model_id or settings.embed_model,
             query_prefix=query,

@@ -205,7 +205,7 @@ def test_the_fine_tuned_embedder_keeps_its_prefixes(
     folder = output / "model"
     # The base is e5-named, so it trained with query:/passage:; the folder says so itself.
     settings = Settings(embed_model=str(folder), device="cpu")
-    assert (settings.query_prefix, settings.passage_prefix) == ("query: ", "passage: ")
+    assert settings.prefixes() == ("query: ", "passage: ")
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     vectors = embedder.embed_queries(["why are leaves green"])
     assert vectors.shape == (1, 32)

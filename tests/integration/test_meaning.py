@@ -14,7 +14,7 @@ def test_a_paraphrase_ranks_above_an_unrelated_sentence():
     from ragrank.backends.models import SentenceTransformerEmbedder
 
     settings = Settings(embed_model=str(minilm.get_model_path()), device="cpu")
-    assert settings.query_prefix == ""  # not an e5 model: no prefixes
+    assert settings.prefixes() == ("", "")  # not an e5 model: no prefixes
     embedder = SentenceTransformerEmbedder.from_settings(settings)
     assert embedder.dimension == 384
     query = embedder.embed_queries(["How do I reset my password?"])[0]

@@ -89,7 +89,6 @@ def test_a_commands_settings_flags_are_the_fields_of_its_groups(argv, groups, mo
     assert {setting_flag(f) for f in fields} <= flags
     # Absent, a flag leaves the setting alone; given, it sets the field of its own name.
     args = build_parser().parse_args(argv)
-    args.preset = None  # the demo's own default, `auto`, is resolved by the demo
     assert settings_from_args(args) == Settings.from_env()
     given = [f for f in fields if f.type in ("int", "str")]
     for field in given:

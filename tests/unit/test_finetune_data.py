@@ -156,9 +156,9 @@ def test_a_model_folder_records_its_prefixes(tmp_path):
     )
     assert default_prefixes(str(folder)) == ("query: ", "passage: ")
     settings = Settings(embed_model=str(folder))
-    assert (settings.query_prefix, settings.passage_prefix) == ("query: ", "passage: ")
+    assert settings.prefixes() == ("query: ", "passage: ")
     # An explicit setting still wins.
-    assert Settings(embed_model=str(folder), query_prefix="").query_prefix == ""
+    assert Settings(embed_model=str(folder), query_prefix="").prefixes()[0] == ""
 
 
 def test_the_warmup_is_a_step_count_every_transformers_version_reads_alike(tmp_path):

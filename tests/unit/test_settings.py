@@ -16,19 +16,32 @@ def test_defaults_are_the_documented_models_with_e5_prefixes():
     settings = Settings.from_env({})
     assert settings.embed_model == DEFAULT_EMBED_MODEL == "intfloat/multilingual-e5-base"
     assert settings.rerank_model == DEFAULT_RERANK_MODEL == "BAAI/bge-reranker-v2-m3"
-    assert (settings.query_prefix, settings.passage_prefix) == ("query: ", "passage: ")
+    assert settings.prefixes() == ("query: ", "passage: ")
     assert settings.uses_embedded_qdrant
     assert settings.device == "auto"
 
 
 def test_a_model_without_e5_in_its_name_gets_no_prefixes():
     settings = Settings.from_env({"RAGRANK_EMBED_MODEL": "sentence-transformers/all-MiniLM-L6-v2"})
-    assert (settings.query_prefix, settings.passage_prefix) == ("", "")
+    assert settings.prefixes() == ("", "")
 
 
 def test_explicit_prefixes_win_even_when_empty():
     settings = Settings.from_env({"RAGRANK_QUERY_PREFIX": "Q: ", "RAGRANK_PASSAGE_PREFIX": ""})
-    assert (settings.query_prefix, settings.passage_prefix) == ("Q: ", "")
+    assert settings.prefixes() == ("Q: ", "")
+    # They are the default embedder's: another served one keeps its own.
+    assert settings.prefixes("intfloat/multilingual-e5-small") == ("query: ", "passage: ")
+
+
+def test_building_or_replacing_settings_reads_no_model_files(monkeypatch, tmp_path):
+    import ragrank.settings
+
+    def no_reads(model: str) -> tuple[str, str]:
+        raise AssertionError(f"read {model}'s files")
+
+    monkeypatch.setattr(ragrank.settings, "default_prefixes", no_reads)
+    settings = Settings(embed_model=str(tmp_path))
+    settings.replace(collection="other").replace(embed_model=str(tmp_path / "x"))
 
 
 def test_environment_is_read_and_flags_override_it():
@@ -51,7 +64,7 @@ def test_environment_is_read_and_flags_override_it():
 def test_preset_fills_models_but_an_explicit_model_wins():
     small = Settings.from_env({"RAGRANK_PRESET": "small"})
     assert small.embed_model == "intfloat/multilingual-e5-small"
-    assert small.query_prefix == "query: "
+    assert small.prefixes()[0] == "query: "
     mixed = Settings.from_env({"RAGRANK_PRESET": "small", "RAGRANK_RERANK_MODEL": "/models/r"})
     assert mixed.rerank_model == "/models/r"
     assert mixed.embed_model == "intfloat/multilingual-e5-small"
