@@ -299,37 +299,53 @@ async def concurrent_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def test_concurrent_searches_share_reranker_batches(indexed_services):
-    app = create_app(Settings(batch_wait_ms=50), services=indexed_services)
-    queries = ["river sea", "coffee espresso", "solar panels", "bees flowers"]
+    """While one batch holds the device, the requests that arrive meanwhile queue up, and the
+    next batch takes pairs of several of them."""
+    scorer = HeldScorer()
+    app = create_app(Settings(), services=_with_scorer(indexed_services, scorer))
+    first, *others = ["river sea", "coffee espresso", "solar panels", "bees flowers"]
+
+    def search(query: str) -> asyncio.Task[httpx.Response]:
+        body = {"query": query, "top_k": 3, "candidates": 6}
+        return asyncio.create_task(client.post("/v1/search", json=body))
+
     async with concurrent_client(app) as client:
-        responses = await asyncio.gather(
-            *(
-                client.post("/v1/search", json={"query": q, "top_k": 3, "candidates": 6})
-                for q in queries
-            )
-        )
+        running = [search(first)]
+        await _until(scorer.started.is_set)
+        running += [search(query) for query in others]
+        engine = app.state.search_service.score_engine
+        # Every request's six pairs are collated or queued behind the held batch.
+        await _until(lambda: engine.queue_depth + sum(map(len, scorer.collated)) == 4 * 6)
+        scorer.release.set()
+        responses = await asyncio.gather(*running)
     assert all(r.status_code == 200 for r in responses)
-    mixed = [b for b in indexed_services.scorer.batches if len({q for q, _ in b}) > 1]
+    mixed = [b for b in scorer.batches if len({q for q, _ in b}) > 1]
     assert mixed, "pairs of different requests were scored in one forward pass"
 
 
 class HeldScorer(FakeScorer):
-    """Holds each forward pass until released, so a test controls what is in flight."""
+    """Holds each forward pass until released, so a test controls what is in flight, and
+    records each batch as the engine collates it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.started = threading.Event()
         self.release = threading.Event()
-        self.collated = 0
+        self.collated: list[list[tuple[str, str]]] = []
 
     def collate(self, inputs):
-        self.collated += 1
-        return super().collate(inputs)
+        pairs = super().collate(inputs)
+        self.collated.append(pairs)
+        return pairs
 
     def score_pairs(self, pairs):
         self.started.set()
         self.release.wait(timeout=30)
         return super().score_pairs(pairs)
+
+    def has_collated(self, query: str) -> bool:
+        """Whether a batch holding `query`'s pairs has been collated."""
+        return any(q == query for batch in self.collated for q, _ in batch)
 
 
 async def _until(condition, timeout_s: float = 30.0) -> None:
@@ -351,7 +367,7 @@ async def test_a_full_rerank_queue_answers_429_with_retry_after(indexed_services
         engine = app.state.search_service.score_engine
         # The next batch is taken off the queue and collated while the first runs.
         second = asyncio.create_task(client.post("/v1/search", json=body))
-        await _until(lambda: engine.queue_depth == 0 and scorer.collated == 2)
+        await _until(lambda: engine.queue_depth == 0 and len(scorer.collated) == 2)
         third = asyncio.create_task(client.post("/v1/search", json=body))
         await _until(lambda: engine.queue_depth == 5)  # its 5 pairs fill the queue
         refused = await client.post("/v1/search", json=body)
@@ -458,34 +474,8 @@ async def test_search_recovers_by_itself_when_qdrant_returns(fake_services):
         assert (await client.get("/ready")).status_code == 200
 
 
-class GatedScorer(FakeScorer):
-    """Holds every forward pass at a gate, and records each batch as the engine collates it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = threading.Event()
-        self.collated: list[list[tuple[str, str]]] = []
-
-    def collate(self, inputs):
-        pairs = super().collate(inputs)
-        self.collated.append(pairs)
-        return pairs
-
-    def score_pairs(self, pairs):
-        self.gate.wait(10)
-        return super().score_pairs(pairs)
-
-    async def until_collated(self, query: str) -> None:
-        """Wait (10 s at most) until a batch holding `query`'s pairs has been collated."""
-        for _ in range(1000):
-            if any(q == query for batch in self.collated for q, _ in batch):
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"no batch for {query!r} was collated")
-
-
 async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_services):
-    scorer = GatedScorer()
+    scorer = HeldScorer()
     app = create_app(Settings(batch_wait_ms=0), services=_with_scorer(indexed_services, scorer))
     body = json.dumps({"query": "coffee espresso", "top_k": 3, "candidates": 3}).encode()
     pending = [{"type": "http.request", "body": body, "more_body": False}]
@@ -519,15 +509,15 @@ async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_se
         first = asyncio.create_task(
             client.post("/v1/search", json={"query": "rivers", "top_k": 3, "candidates": 3})
         )
-        await scorer.until_collated("rivers")  # the first request's pairs hold the model
+        await _until(lambda: scorer.has_collated("rivers"))  # its pairs hold the model
         second = asyncio.create_task(app(scope, receive, send))
         # The second request's pairs wait behind the first's, collated as its next batch.
-        await scorer.until_collated("coffee espresso")
+        await _until(lambda: scorer.has_collated("coffee espresso"))
         assert not scorer.batches
         gone.set()  # the second client hangs up
         await second
         assert sent[0]["status"] == 499
-        scorer.gate.set()
+        scorer.release.set()
         # Hold the loop while the model's thread moves on to the next batch: the items must
         # have been dropped by the time the 499 went out, not on a later turn of the loop.
         time.sleep(0.3)
