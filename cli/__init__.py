@@ -5,11 +5,10 @@ command through it."""
 from __future__ import annotations
 
 from cli.main import build_parser, main, settings_from_args
-from cli.stack import in_process_worker, run_stack, stack_app
+from cli.stack import run_stack, stack_app
 
 __all__ = [
     "build_parser",
-    "in_process_worker",
     "main",
     "run_stack",
     "settings_from_args",

@@ -27,8 +27,8 @@ _INTRO = """\
 
 Every setting is an environment variable, read once at start-up into one frozen `Settings`
 object. Command-line flags override them (`ragrank serve --help`); the app factory
-`create_app(settings)` reads no environment itself. A malformed value stops the program with a
-message naming the variable.
+`create_app(settings, services=...)` reads no environment itself. A malformed value stops the
+program with a message naming the variable.
 
 This page is generated from `ragrank/settings.py` by `make docs`.
 

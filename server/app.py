@@ -1,5 +1,5 @@
-"""The one app factory. It reads no environment: callers pass `Settings` (and, in tests or the
-demo, ready-made `Services`)."""
+"""The one app factory. It reads no environment and loads nothing: callers pass `Settings` and
+ready `Services`, which stay theirs to close (`cli.stack` is the one way the product runs it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
-import anyio
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
@@ -48,12 +47,11 @@ Companion = Callable[[Services, JobQueue], AbstractContextManager[object]]
 def create_app(
     settings: Settings,
     *,
-    services: Services | None = None,
+    services: Services,
     alongside: Sequence[Companion] = (),
 ) -> Litestar:
-    """Build the Litestar app. Without `services`, models and store load at startup from
-    `settings` and are closed at shutdown; given ones stay owned by the caller. Each of
-    `alongside` is entered once the services are ready and left before they close."""
+    """Build the Litestar app on `services`, which the caller loaded and closes. Each of
+    `alongside` is entered at start-up, once the engines run, and left at shutdown."""
     jobs: list[JobQueue] = []  # opened on first use
 
     def provide_jobs() -> JobQueue:
@@ -68,26 +66,20 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        owned = services is None
-        ready = services
-        if ready is None:
-            ready = await anyio.to_thread.run_sync(Services.load, settings)
-        _describe_models(app, ready, strict_names=settings.model_names == "strict")
+        _describe_models(app, services, strict_names=settings.model_names == "strict")
         try:
-            async with SearchService(ready, settings) as search_service:
+            async with SearchService(services, settings) as search_service:
                 for engine in search_service.engines:
                     instrument(engine)
                 instrument_jobs(job_states)
                 app.state.search_service = search_service
                 with ExitStack() as companions:
                     for companion in alongside:
-                        companions.enter_context(companion(ready, provide_jobs()))
+                        companions.enter_context(companion(services, provide_jobs()))
                     yield
         finally:
             if jobs:
                 jobs[0].close()
-            if owned:
-                ready.store.close()
 
     def provide_search_service(state: State) -> SearchService:
         service: SearchService = state.search_service

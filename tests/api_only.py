@@ -1,14 +1,22 @@
 """An API process that only accepts writes into the job queue and answers from it: the app
-without the in-process worker, as an API replica on a shared queue runs. Its settings come from
-the environment (`python -m tests.api_only`)."""
+without the in-process worker, as an API replica of the cluster profile runs on a Qdrant server.
+No Qdrant server installs where the tests run, so each replica has its own embedded store, and
+this process builds the app itself rather than through `cli.stack`, which would (rightly) add
+the worker an embedded store needs. Its settings come from the environment
+(`python -m tests.api_only`)."""
 
 from __future__ import annotations
 
 from ragrank.logs import configure_logging
 from ragrank.settings import Settings
+from server import Services
 from server.app import create_app, serve
 
 if __name__ == "__main__":
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
-    serve(create_app(settings), settings)
+    services = Services.load(settings)
+    try:
+        serve(create_app(settings, services=services), settings)
+    finally:
+        services.store.close()

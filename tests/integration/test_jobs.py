@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 from litestar.testing import AsyncTestClient
 
-from cli import in_process_worker
+from cli import stack_app
 from indexing import Chunker, Indexer
 from indexing.worker import Worker
 from ragrank.documents import Document
@@ -60,7 +60,7 @@ async def test_documents_posted_and_deleted_over_rest_reach_the_index(
     fake_services: Services, tmp_path: Path
 ):
     settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
-    app = create_app(settings, services=fake_services, alongside=[in_process_worker(settings)])
+    app = stack_app(settings, fake_services)
     documents = [
         {"id": "rhine", "text": "The Rhine flows into the North Sea.", "metadata": {"lang": "en"}},
         {"id": "tea", "text": "Green tea is brewed at 80 degrees.", "title": "Tea"},
@@ -270,7 +270,7 @@ async def test_searches_answer_while_the_in_process_worker_writes(
     """The API's in-process worker and its searches share the embedded shard: every search
     during a job answers 200, and the job's points are all there once it is done."""
     settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
-    app = create_app(settings, services=fake_services, alongside=[in_process_worker(settings)])
+    app = stack_app(settings, fake_services)
     documents = [
         {"id": f"doc-{i}", "text": f"Passage {i} about rivers, tea and mountains."}
         for i in range(300)

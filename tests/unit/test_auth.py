@@ -114,7 +114,9 @@ def test_keys_come_from_variables_and_files_and_never_show_in_repr(tmp_path: Pat
         assert keys.access(key) is Access.NONE
 
 
-def test_an_unreadable_key_file_stops_start_up_naming_the_variable(tmp_path: Path):
+def test_an_unreadable_key_file_stops_start_up_naming_the_variable(
+    tmp_path: Path, fake_services: Services
+):
     settings = Settings(readonly_api_keys_file=tmp_path / "missing")
     with pytest.raises(SettingsError, match="RAGRANK_READONLY_API_KEYS_FILE"):
-        create_app(settings)
+        create_app(settings, services=fake_services)
