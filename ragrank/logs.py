@@ -24,7 +24,7 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {
 }
 
 
-class _RequestIdFilter(logging.Filter):
+class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = REQUEST_ID.get()
         return True
@@ -74,7 +74,7 @@ def configure_logging(log_format: str = "auto", level: str = "INFO") -> None:
     if log_format == "auto":
         log_format = "text" if sys.stderr.isatty() else "json"
     handler = logging.StreamHandler()
-    handler.addFilter(_RequestIdFilter())
+    handler.addFilter(RequestIdFilter())
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -163,7 +163,9 @@ def find_infinity(given: str | None) -> str | None:
     return shutil.which("infinity_emb") or (str(local) if local.exists() else None)
 
 
-def _ratio(results: dict[str, RunResult], top: str, bottom: str) -> float | None:
+def throughput_ratio(results: dict[str, RunResult], top: str, bottom: str) -> float | None:
+    """`top`'s pairs/s over `bottom`'s (`best ragrank`: the fastest ragrank run); None when
+    either did not run."""
     if top == "best ragrank":
         mine = [r for n, r in results.items() if n.startswith("ragrank")]
         if not mine:
@@ -345,12 +347,15 @@ class _Bench:
 
 def _ratios(results: dict[str, RunResult]) -> dict[str, dict[str, float | None]]:
     ratios: dict[str, dict[str, float | None]] = {
-        f"{top} / {bottom}": {"ratio": _round(_ratio(results, top, bottom)), "target": target}
+        f"{top} / {bottom}": {
+            "ratio": _round(throughput_ratio(results, top, bottom)),
+            "target": target,
+        }
         for top, bottom, target in TARGETS
     }
     for bottom in ("request", "window"):
         ratios[f"ragrank / {bottom}"] = {
-            "ratio": _round(_ratio(results, "ragrank", bottom)),
+            "ratio": _round(throughput_ratio(results, "ragrank", bottom)),
             "target": None,
         }
     return ratios

@@ -54,7 +54,7 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
         {qid: dataset.qrels[qid] for qid in data.split.validation},
     )
     baseline = baseline_metrics(options, validation, encoder)
-    rows, positive_count, negative_count = _rows(
+    rows, positive_count, negative_count = training_rows(
         dataset.queries, dataset.qrels, run.texts, data, options
     )
     if options.loss == "bce":
@@ -115,7 +115,7 @@ def load_base(base: str, max_length: int, device: str) -> tuple[Any, str]:
     return loaded
 
 
-def _rows(
+def training_rows(
     queries: dict[str, str] | Any,
     qrels: Any,
     texts: dict[str, str],

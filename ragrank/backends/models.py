@@ -74,7 +74,7 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def _device_errors() -> Iterator[None]:
+def device_errors() -> Iterator[None]:
     """Translate CUDA failures into the errors the batching engine acts on."""
     try:
         yield
@@ -191,7 +191,7 @@ class _Runner:
 
     @contextmanager
     def running(self) -> Iterator[None]:
-        with _device_errors(), self.lock, torch.inference_mode():
+        with device_errors(), self.lock, torch.inference_mode():
             yield
 
     def launched(self, output: torch.Tensor) -> Launched:

@@ -316,7 +316,7 @@ class EdgeStore(Store):
             shutil.copytree(self.path, copy)
             self._swap(_run(edge.EdgeShard.load, str(copy)))
             try:
-                _build_in_child(self.path)
+                build_in_child(self.path)
             finally:
                 self._swap(self._load(self._dimension))
                 shutil.rmtree(copy, ignore_errors=True)
@@ -388,7 +388,7 @@ def _reading_copy(path: Path) -> Path:
     return path.with_name(f".{path.name}.reading")
 
 
-def _build_in_child(path: Path) -> None:
+def build_in_child(path: Path) -> None:
     """`optimize` on the shard at `path` in a child process, which dies with this one (a
     build killed mid-way leaves the shard as it was: Edge swaps built segments in whole)."""
     command = [sys.executable, "-m", "ragrank.store.build", str(path), str(os.getpid())]

@@ -11,7 +11,7 @@ import torch
 
 from cli import main
 from eval.bench.harness import RunResult
-from eval.bench.load import _ratio, build_workload, measure_ceiling
+from eval.bench.load import build_workload, measure_ceiling, throughput_ratio
 from ragrank import SAMPLE_DATASET
 from ragrank.backends.models import CrossEncoderScorer
 from ragrank.device import Placement
@@ -60,9 +60,9 @@ def test_ratios_compare_measured_throughputs():
         "ragrank-int8": RunResult("ragrank-int8", 120, 10.0),
         "infinity": RunResult("infinity", 80, 10.0),
     }
-    assert _ratio(results, "ragrank", "ceiling") == pytest.approx(0.9)
-    assert _ratio(results, "best ragrank", "infinity") == pytest.approx(1.5)
-    assert _ratio(results, "ragrank", "arrival") is None
+    assert throughput_ratio(results, "ragrank", "ceiling") == pytest.approx(0.9)
+    assert throughput_ratio(results, "best ragrank", "infinity") == pytest.approx(1.5)
+    assert throughput_ratio(results, "ragrank", "arrival") is None
 
 
 def test_bench_runs_servers_end_to_end_and_writes_json(tiny_reranker_path: Path, tmp_path: Path):

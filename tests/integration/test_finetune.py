@@ -15,7 +15,7 @@ from litestar.testing import AsyncTestClient
 
 from cli import main
 from eval.finetune.data import TrainingData
-from eval.finetune.reranker import _rows, load_base
+from eval.finetune.reranker import load_base, training_rows
 from eval.options import FinetuneOptions
 from ragrank import SAMPLE_DATASET
 from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
@@ -144,7 +144,7 @@ def test_training_never_sees_a_test_query(reranker_run: Path, collection: Path):
     assert set(data.split.held_out) == {LEAK_BY_ID, LEAK_BY_TEXT}
     texts = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
     options = FinetuneOptions(dataset=collection, output=reranker_run)
-    rows, _, _ = _rows(dataset.queries, dataset.qrels, texts, data, options)
+    rows, _, _ = training_rows(dataset.queries, dataset.qrels, texts, data, options)
     test_texts = {dataset.queries[qid] for qid in test}
     assert rows["query"]
     assert not set(rows["query"]) & test_texts

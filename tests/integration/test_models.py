@@ -141,14 +141,14 @@ def test_test_models_build_without_the_shared_tokenizer(tmp_path: Path):
 def test_cuda_failures_become_the_errors_the_engine_acts_on():
     import torch
 
-    from ragrank.backends.models import _device_errors
+    from ragrank.backends.models import device_errors
     from ragrank.errors import BatchTooLargeError, ModelFailedError
 
-    with pytest.raises(BatchTooLargeError), _device_errors():
+    with pytest.raises(BatchTooLargeError), device_errors():
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    with pytest.raises(ModelFailedError), _device_errors():
+    with pytest.raises(ModelFailedError), device_errors():
         raise RuntimeError("CUDA error: device-side assert triggered")
-    with pytest.raises(RuntimeError, match="shape mismatch"), _device_errors():
+    with pytest.raises(RuntimeError, match="shape mismatch"), device_errors():
         raise RuntimeError("shape mismatch")
 
 

@@ -39,7 +39,7 @@ def test_a_build_alongside_searches_keeps_them_answering_exactly(
 
     exact = ids(True)
     building = threading.Event()
-    build = edge._build_in_child
+    build = edge.build_in_child
 
     def observed_build(path: Path) -> None:
         building.set()
@@ -48,7 +48,7 @@ def test_a_build_alongside_searches_keeps_them_answering_exactly(
         finally:
             building.clear()
 
-    monkeypatch.setattr(edge, "_build_in_child", observed_build)
+    monkeypatch.setattr(edge, "build_in_child", observed_build)
     builder = threading.Thread(target=lambda: store.optimize(while_serving=True))
     builder.start()
     assert building.wait(30)

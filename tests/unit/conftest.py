@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+from typing import TYPE_CHECKING
 
 import pytest
 import tokenizers
 import transformers
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # matplotlib builds its font cache on first import by running fc-list: let it, here, before any
 # test's guard is in place, so that the first plotting test on a fresh machine is not refused.
@@ -24,36 +28,38 @@ LOADERS = (
     (tokenizers.Tokenizer, "from_file"),
 )
 
-#: Fixtures that build model folders on disk (tests/conftest.py).
-MODEL_FIXTURES = {
-    "model_dir",
-    "tiny_embedder_path",
-    "tiny_reranker_path",
-    "embedder",
-    "scorer",
-    "settings",
-    "e5_small_path",
-}
+#: Where every fixture of tests/conftest.py that builds or reads model files puts them: the
+#: shared folder of tiny models, and the real e5-small build. A test uses model files when its
+#: fixtures reach either at any depth (`request.fixturenames` is that closure), so a new
+#: model fixture is caught without being listed here.
+MODEL_FOLDERS = {"model_dir", "e5_small_path"}
 
 
-@pytest.fixture(autouse=True)
-def _in_process_without_model_files(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    used = MODEL_FIXTURES & set(request.fixturenames)
-    if used:
-        names = ", ".join(sorted(used))
-        pytest.fail(f"a unit test uses model files ({names}): move it to tests/integration")
+@pytest.fixture(scope="package", autouse=True)
+def _no_model_files_or_subprocesses() -> Iterator[None]:
+    """For the whole unit package, module- and class-scoped fixtures included: no subprocess,
+    and no model or tokenizer folder read or written."""
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a unit test starts no subprocess: move it to tests/integration")
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
     def no_model_files(*args: object, **kwargs: object) -> None:
         raise AssertionError(
             "a unit test reads or writes no model files: move it to tests/integration"
         )
 
-    for owner, name in LOADERS:
-        monkeypatch.setattr(owner, name, no_model_files)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "__init__", refuse)
+        for owner, name in LOADERS:
+            patch.setattr(owner, name, no_model_files)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _no_model_fixtures(request: pytest.FixtureRequest) -> None:
+    """Model fixtures are session-wide: one another worker's test already built is cached,
+    and would load nothing here for the guard to see."""
+    used = MODEL_FOLDERS & set(request.fixturenames)
+    if used:
+        names = ", ".join(sorted(used))
+        pytest.fail(f"a unit test uses model files (through {names}): move it to tests/integration")

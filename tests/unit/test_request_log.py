@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from prometheus_client import REGISTRY
 
-from ragrank.logs import REQUEST_ID, JsonFormatter, TextFormatter, _RequestIdFilter
+from ragrank.logs import REQUEST_ID, JsonFormatter, RequestIdFilter, TextFormatter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -26,7 +26,7 @@ def json_log() -> Iterator[io.StringIO]:
     """What ragrank's JSON handler writes, as a string."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.addFilter(_RequestIdFilter())
+    handler.addFilter(RequestIdFilter())
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.addHandler(handler)
@@ -75,7 +75,7 @@ async def test_each_request_logs_one_structured_line_with_its_id(
 def test_records_written_during_a_request_carry_its_id():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.addFilter(_RequestIdFilter())
+    handler.addFilter(RequestIdFilter())
     handler.setFormatter(TextFormatter())
     logger = logging.getLogger("ragrank.test.request_id")
     logger.addHandler(handler)
