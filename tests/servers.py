@@ -1,18 +1,48 @@
-"""Real `ragrank serve` processes on loopback, for the tests that talk to one over HTTP."""
+"""Servers on loopback for the tests that talk to one over HTTP: real `ragrank serve`
+processes, and an app of fakes served in this process. Both start the way the benchmarks'
+harness starts its servers (`eval/bench/harness.py`): a free port, then `/ready`."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eval.bench.harness import free_port, ragrank_command, server_process
+import uvicorn
+
+from eval.bench.harness import free_port, ragrank_command, server_process, wait_until_ready
 
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Iterator, Mapping, Sequence
+
+    from litestar import Litestar
+
+
+@contextmanager
+def app_on_socket(app: Litestar, *, ready_within_s: float = 30) -> Iterator[str]:
+    """`app` served by uvicorn in a thread on a free port, once `/ready` answers 200: its base
+    URL. For tests whose app runs on fakes, which no `ragrank serve` process can load."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+
+    def stopped() -> str | None:
+        return None if thread.is_alive() else "the server thread ended before it was ready"
+
+    try:
+        wait_until_ready(base + "/ready", ready_within_s, failed=stopped)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 @contextmanager

@@ -143,6 +143,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_ready(
+    url: str,
+    within_s: float,
+    *,
+    failed: Callable[[], str | None] = lambda: None,
+    where: str = "",
+) -> None:
+    """Poll `url` until it answers 200; a `RagrankError` once `within_s` passed, or as soon as
+    `failed` says why the server cannot come up."""
+    deadline = time.monotonic() + within_s
+    while True:
+        reason = failed()
+        if reason is not None:
+            raise RagrankError(reason)
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RagrankError(f"{url} was not ready within {within_s:g} s{where}")
+        time.sleep(0.1)
+
+
 @contextmanager
 def server_process(
     command: list[str],
@@ -157,22 +181,14 @@ def server_process(
     that fails reports."""
     with log.open("w") as output:
         process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+        def exited() -> str | None:
+            if process.poll() is None:
+                return None
+            return f"{command[0]} exited ({process.returncode}):\n{log.read_text()[-3000:]}"
+
         try:
-            deadline = time.monotonic() + ready_within_s
-            while True:
-                if process.poll() is not None:
-                    tail = log.read_text()[-3000:]
-                    raise RagrankError(f"{command[0]} exited ({process.returncode}):\n{tail}")
-                try:
-                    if httpx.get(ready_url, timeout=5).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RagrankError(
-                        f"{ready_url} was not ready within {ready_within_s:g} s; see {log}"
-                    )
-                time.sleep(0.5)
+            wait_until_ready(ready_url, ready_within_s, failed=exited, where=f"; see {log}")
             yield process
         finally:
             process.send_signal(signal.SIGINT)

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-import uvicorn
 
 from ragrank.settings import Settings
 from server import Services, create_app
 from tests.fakes import FakeEmbedder
+from tests.servers import app_on_socket
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -23,26 +20,8 @@ DOCUMENTS = ["short one", "a much longer document about rivers and seas", "mediu
 
 @pytest.fixture
 def live_server(fake_services: Services) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(Settings(), services=fake_services),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with app_on_socket(create_app(Settings(), services=fake_services)) as base:
+        yield base
 
 
 def test_the_cohere_v2_client_reranks_unchanged(live_server):

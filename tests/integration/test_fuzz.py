@@ -1,6 +1,7 @@
-"""Fuzzing the real app on a real socket (uvicorn in a thread), fake models over an embedded
-Qdrant with the sample indexed. Schemathesis generates valid and invalid requests from the
-server's own OpenAPI schema: every answer must match it (status code, content type, body).
+"""Fuzzing the real app on a real socket (uvicorn in a thread: `tests.servers.app_on_socket`),
+fake models over an embedded Qdrant with the sample indexed. Schemathesis generates valid and
+invalid requests from the server's own OpenAPI schema: every answer must match it (status code,
+content type, body).
 The structural fuzzer sends what no schema describes (tests/hostile.py): bodies built to break
 parsers and validators. No answer may be a 5xx, and the server answers `/ready` after."""
 
@@ -8,15 +9,11 @@ from __future__ import annotations
 
 import json
 import random
-import socket
-import threading
-import time
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -25,6 +22,7 @@ from schemathesis.config import SchemathesisConfig
 from ragrank.settings import Settings
 from server import create_app
 from tests import hostile
+from tests.servers import app_on_socket
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -57,25 +55,8 @@ expected-statuses = [200, 202, 401, 403, 404, 409, 413, 429]
 def base_url(indexed_services: Services, tmp_path: Path) -> Iterator[str]:
     """The app with fake models and the sample indexed, served by uvicorn on a free port."""
     settings = Settings(jobs_path=tmp_path / "jobs.sqlite3", qdrant_path=tmp_path / "q")
-    app = create_app(settings, services=indexed_services)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.05)
-    yield base
-    server.should_exit = True
-    thread.join(timeout=10)
+    with app_on_socket(create_app(settings, services=indexed_services)) as base:
+        yield base
 
 
 def test_every_operation_answers_within_its_schema_and_never_5xx(base_url: str):
