@@ -28,6 +28,7 @@ from server.openapi import (
 from server.playground import playground_router
 from server.request_log import request_id_middleware
 from server.routes import documents, embeddings, health, models, rerank, search
+from server.routes.root import root_router
 from server.services import SearchService, Services
 from server.strict import strict_body
 
@@ -129,17 +130,16 @@ def _describe_models(app: Litestar, services: Services, *, strict_names: bool) -
 
 
 def _route_handlers(settings: Settings, keys: ApiKeys) -> list[ControllerRouterHandler]:
-    """Every feature's routes: one line each."""
+    """Every domain's routes, one line each, in any order."""
     return [
-        # First: the playground's GET / and the TEI-shaped POST / then share one route
-        # (Litestar merges a handler into a router's path, not a router into a handler's).
+        search.router,
+        rerank.router,
+        embeddings.router,
+        documents.router,
+        models.router,
+        health.router,
+        root_router(settings),
         playground_router(settings, api_keys=keys.enabled),
-        *search.ROUTES,
-        *rerank.ROUTES,
-        *embeddings.ROUTES,
-        *documents.ROUTES,
-        *models.ROUTES,
-        *health.ROUTES,
         MetricsController,
     ]
 

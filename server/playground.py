@@ -24,6 +24,8 @@ from server.auth import PUBLIC
 from server.services import SearchService
 
 if TYPE_CHECKING:
+    from litestar.handlers import HTTPRouteHandler
+
     from ragrank.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -103,17 +105,21 @@ class Labels:
         return cls(root.name, by_text)
 
 
-def playground_router(settings: Settings, *, api_keys: bool) -> Router:
-    """`/`, and `/playground` with its helper routes unless `RAGRANK_PLAYGROUND=off`. A
-    labels folder that cannot be read stops the server here, at start-up."""
-    labels = Labels.load(settings.labels) if settings.labels is not None else None
-    enabled = settings.playground == "on"
-    landing = _landing(playground=enabled)
+def landing_page(settings: Settings) -> HTTPRouteHandler:
+    """`GET /`: where to go from here, for a person who opened the server in a browser."""
+    landing = _landing(playground=settings.playground == "on")
 
     @get("/", opt={PUBLIC: True}, include_in_schema=False, media_type=MediaType.HTML)
     async def index() -> Response[str]:
-        """Where to go from here, for a person who opened the server in a browser."""
         return Response(landing, media_type=MediaType.HTML, headers=SECURITY_HEADERS)
+
+    return index
+
+
+def playground_router(settings: Settings, *, api_keys: bool) -> Router:
+    """`/playground` with its helper routes, none with `RAGRANK_PLAYGROUND=off`. A labels folder
+    that cannot be read stops the server here, at start-up."""
+    labels = Labels.load(settings.labels) if settings.labels is not None else None
 
     @get("/playground/config", opt={PUBLIC: True}, include_in_schema=False)
     async def playground_config(search_service: SearchService) -> PlaygroundConfig:
@@ -147,8 +153,8 @@ def playground_router(settings: Settings, *, api_keys: bool) -> Router:
             return QueryLabels(query_id=None, relevant={})
         return QueryLabels(query_id=found[0], relevant=found[1])
 
-    handlers: list[Any] = [index]
-    if enabled:
+    handlers: list[Any] = []
+    if settings.playground == "on":
         page = create_static_files_router(
             path="/playground",
             directories=[STATIC / "playground"],

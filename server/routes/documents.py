@@ -27,7 +27,7 @@ from ragrank.ids import (
 from ragrank.jobs import JobKind, JobQueue, JobState
 from server.auth import WRITES
 from server.limits import length_limit
-from server.routes.shared import error_responses
+from server.routes.shared import domain, error_responses
 
 MAX_TITLE_CHARS = 2_000
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=128)]
@@ -102,7 +102,7 @@ JobIdParameter = Annotated[
     status_code=HTTP_202_ACCEPTED,
     sync_to_thread=True,
     opt={WRITES: True},
-    responses=error_responses(400, 401, 403, 413, 415, 500, 503),
+    responses=error_responses(403, 413, 415),
 )
 def add_documents(data: DocumentsRequest, jobs: JobQueue) -> JobAccepted:
     """Queue documents for indexing; a document with an existing `id` replaces it."""
@@ -118,7 +118,7 @@ def add_documents(data: DocumentsRequest, jobs: JobQueue) -> JobAccepted:
     status_code=HTTP_202_ACCEPTED,
     sync_to_thread=True,
     opt={WRITES: True},
-    responses=error_responses(400, 401, 403, 500, 503),
+    responses=error_responses(403),
 )
 def delete_document(
     doc_id: DocIdParameter, jobs: JobQueue, request: Request[Any, Any, Any]
@@ -144,9 +144,7 @@ def _doc_id_in_path(request: Request[Any, Any, Any]) -> str:
     return doc_id
 
 
-@get(
-    "/v1/jobs/{job_id:str}", sync_to_thread=True, responses=error_responses(400, 401, 404, 500, 503)
-)
+@get("/v1/jobs/{job_id:str}", sync_to_thread=True, responses=error_responses(404))
 def job_status(job_id: JobIdParameter, jobs: JobQueue) -> JobStatus:
     if not is_job_id(job_id):
         raise InvalidRequestError(f"job_id: a job id is {JOB_ID_RULE}", field="job_id")
@@ -166,5 +164,6 @@ def job_status(job_id: JobIdParameter, jobs: JobQueue) -> JobStatus:
     )
 
 
-#: The handlers this module adds to the app.
-ROUTES = [add_documents, delete_document, job_status]
+router = domain(
+    add_documents, delete_document, job_status, responses=error_responses(400, 401, 500, 503)
+)

@@ -19,6 +19,7 @@ from server.routes.shared import (
     CoherePriority,
     EmbedderName,
     TruncationDirection,
+    domain,
     unless_disconnected,
 )
 from server.services import SearchService
@@ -203,12 +204,7 @@ def _dimensions(
         )
 
 
-@post(
-    ["/v1/embeddings", "/embeddings"],
-    status_code=HTTP_200_OK,
-    tags=["embeddings"],
-    responses=MODEL_ERRORS,
-)
+@post(["/v1/embeddings", "/embeddings"], status_code=HTTP_200_OK)
 async def embeddings(
     data: EmbeddingsRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> EmbeddingsResponse:
@@ -248,13 +244,13 @@ async def embeddings(
     )
 
 
-@post(["/embed", "/"], status_code=HTTP_200_OK, tags=["embeddings"], responses=MODEL_ERRORS)
+@post("/embed", status_code=HTTP_200_OK)
 async def embed_tei(
     data: TeiEmbedRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> list[list[float]]:
-    """text-embeddings-inference-shaped embeddings, at `/embed` and at `/`, where Hugging
-    Face's client posts when pointed at a TEI URL; `prompt_name: query` gives the query
-    prefix."""
+    """text-embeddings-inference-shaped embeddings, at `/embed` and at `/` (`embed_tei_at_root`),
+    where Hugging Face's client posts when pointed at a TEI URL; `prompt_name: query` gives the
+    query prefix."""
     _dimensions(search_service, "dimensions", data.dimensions, data.model)
     texts = [data.inputs] if isinstance(data.inputs, str) else data.inputs
     as_queries = data.prompt_name == "query"
@@ -264,9 +260,7 @@ async def embed_tei(
     return [vector.tolist() for vector in outcome.vectors]
 
 
-@post(
-    ["/v1/embed", "/v2/embed"], status_code=HTTP_200_OK, tags=["embeddings"], responses=MODEL_ERRORS
-)
+@post(["/v1/embed", "/v2/embed"], status_code=HTTP_200_OK)
 async def embed_cohere(
     data: CohereEmbedRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> CohereEmbedResponse:
@@ -292,5 +286,10 @@ async def embed_cohere(
     )
 
 
-#: The handlers this module adds to the app.
-ROUTES = [embeddings, embed_tei, embed_cohere]
+router = domain(embeddings, embed_tei, embed_cohere, tags=["embeddings"], responses=MODEL_ERRORS)
+
+#: TEI's embed again at `/`, where Hugging Face's client posts when pointed at a TEI URL, with
+#: this domain's tags and answers; `server.routes.root` serves it beside the landing page.
+embed_tei_at_root = post(
+    "/", status_code=HTTP_200_OK, tags=router.tags, responses=embed_tei.responses
+)(embed_tei.fn)

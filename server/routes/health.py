@@ -10,6 +10,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from msgspec import Meta, Struct
 
 from server.auth import PUBLIC
+from server.routes.shared import domain
 from server.services import SearchService
 
 
@@ -32,7 +33,7 @@ class Readiness(Struct, frozen=True, kw_only=True):
     ]
 
 
-@get("/health", tags=["operations"], opt={PUBLIC: True})
+@get("/health", opt={PUBLIC: True})
 async def health() -> Health:
     """Liveness: the process answers."""
     return Health(status="ok")
@@ -40,7 +41,6 @@ async def health() -> Health:
 
 @get(
     "/ready",
-    tags=["operations"],
     opt={PUBLIC: True},
     responses={503: ResponseSpec(Readiness, description="Not ready: what is missing.")},
 )
@@ -63,5 +63,4 @@ async def ready(search_service: SearchService) -> Response[Readiness]:
     return Response(body, status_code=HTTP_200_OK if body.ready else HTTP_503_SERVICE_UNAVAILABLE)
 
 
-#: The handlers this module adds to the app.
-ROUTES = [health, ready]
+router = domain(health, ready, tags=["operations"])

@@ -10,7 +10,7 @@ from litestar import get
 from msgspec import Meta, Struct
 
 from ragrank.protocols import ModelRole
-from server.routes.shared import error_responses
+from server.routes.shared import domain, error_responses
 from server.services import SearchService, Served
 
 #: When this process started serving: OpenAI's `created`, the same for every model.
@@ -37,7 +37,7 @@ class ModelList(Struct, frozen=True, kw_only=True):
     data: list[ModelCard]
 
 
-@get("/v1/models", tags=["operations"], responses=error_responses(401, 500))
+@get("/v1/models")
 async def models(search_service: SearchService) -> ModelList:
     """Every served model: the embedders, then the rerankers, each role's default first."""
     services = search_service.services
@@ -60,5 +60,4 @@ async def models(search_service: SearchService) -> ModelList:
     )
 
 
-#: The handlers this module adds to the app.
-ROUTES = [models]
+router = domain(models, tags=["operations"], responses=error_responses(401, 500))

@@ -22,6 +22,7 @@ from server.routes.shared import (
     CoherePriority,
     RerankerName,
     TruncationDirection,
+    domain,
     unless_disconnected,
 )
 from server.services import SearchService
@@ -191,9 +192,7 @@ async def _ranked(
     return [(int(i), float(scores[i])) for i in order], outcome.tokens, outcome.model
 
 
-@post(
-    ["/v1/rerank", "/v2/rerank"], status_code=HTTP_200_OK, tags=["rerank"], responses=MODEL_ERRORS
-)
+@post(["/v1/rerank", "/v2/rerank"], status_code=HTTP_200_OK)
 async def rerank(
     data: RerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> RerankResponse:
@@ -229,7 +228,7 @@ async def rerank(
     )
 
 
-@post("/rerank", status_code=HTTP_200_OK, tags=["rerank"], responses=MODEL_ERRORS)
+@post("/rerank", status_code=HTTP_200_OK)
 async def rerank_tei(
     data: TeiRerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> list[TeiRank] | InfinityRerankResponse:
@@ -266,5 +265,4 @@ async def rerank_tei(
     ]
 
 
-#: The handlers this module adds to the app.
-ROUTES = [rerank, rerank_tei]
+router = domain(rerank, rerank_tei, tags=["rerank"], responses=MODEL_ERRORS)

@@ -11,7 +11,13 @@ from msgspec import Meta, Struct
 from ragrank.language import known_language, primary_subtag
 from ragrank.settings import FusionKind, Retrieval
 from server.limits import length_limit, value_limit
-from server.routes.shared import MODEL_ERRORS, NON_BLANK, RerankerName, unless_disconnected
+from server.routes.shared import (
+    MODEL_ERRORS,
+    NON_BLANK,
+    RerankerName,
+    domain,
+    unless_disconnected,
+)
 from server.services import SearchService
 
 #: The most RRF's `k` may be set to: far past the point where it changes any order.
@@ -202,7 +208,7 @@ class SearchResponse(Struct, frozen=True, kw_only=True):
     ] = None
 
 
-@post("/v1/search", status_code=HTTP_200_OK, tags=["search"], responses=MODEL_ERRORS)
+@post("/v1/search", status_code=HTTP_200_OK)
 async def search(
     data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
 ) -> SearchResponse:
@@ -253,5 +259,4 @@ async def search(
     )
 
 
-#: The handlers this module adds to the app.
-ROUTES = [search]
+router = domain(search, tags=["search"], responses=MODEL_ERRORS)

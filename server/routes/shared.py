@@ -1,21 +1,23 @@
-"""What the feature modules share: the `model` field every vendor sends, a query's
-non-blank rule, the error envelope and the answers it documents, the API version and
-Cohere's priority, and the wait for a model that gives up when its client leaves."""
+"""What the feature modules share: the `domain` router each ends with, the `model` field every
+vendor sends, a query's non-blank rule, the error envelope and the answers it documents, the API
+version and Cohere's priority, and the wait for a model that gives up when its client leaves."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
+from litestar import Router
 from litestar.openapi import ResponseSpec
 from msgspec import Meta, Struct
 
 from ragrank.errors import ClientDisconnectedError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Mapping, Sequence
 
     from litestar import Request
+    from litestar.handlers import HTTPRouteHandler
 
 #: A query must hold some non-whitespace text (a JSON Schema pattern is a search, not a match).
 #: The whitespace is spelled out, not `\S`: Python's and JavaScript's `\s` differ (\x1c-\x1f,
@@ -69,6 +71,20 @@ class ErrorResponse(Struct, frozen=True, kw_only=True):
         str,
         Meta(description="`error.message` again, where Jina's and FastAPI-style clients read it."),
     ]
+
+
+def domain(
+    *handlers: HTTPRouteHandler,
+    tags: Sequence[str] = (),
+    responses: Mapping[int, ResponseSpec] | None = None,
+    path: str = "/",
+) -> Router:
+    """One domain's routes: the path, the OpenAPI tags and the error answers its handlers share,
+    declared once (a handler's own `responses` add to the shared ones). A route module ends with
+    `router = domain(...)`, and the app factory registers it in one line."""
+    for handler in handlers:
+        handler.responses = {**(responses or {}), **(handler.responses or {})}
+    return Router(path=path, tags=list(tags), route_handlers=list(handlers))
 
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:

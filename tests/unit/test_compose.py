@@ -60,7 +60,7 @@ def test_every_command_is_a_real_subcommand_and_every_variable_a_real_setting():
         # The API and the indexer share the job queue.
         assert "jobs:/data" in service["volumes"]
         assert service["environment"]["RAGRANK_JOBS_PATH"].startswith("/data/")
-    paths = {path for route in health.ROUTES for path in route.paths}
+    paths = {route.path for route in health.router.routes}
     assert {"/ready", "/health"} <= paths
 
 
