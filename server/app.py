@@ -17,12 +17,12 @@ from ragrank import __version__
 from ragrank.jobs import JobQueue, open_job_queue
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.errors import EXCEPTION_HANDLERS, body_too_large
-from server.limits import write_limits_into_schema
 from server.metrics import PROMETHEUS, MetricsController, instrument, instrument_jobs
 from server.openapi import (
     complete_request_schemas,
     request_types,
     write_dimension_into_schema,
+    write_limits_into_schema,
     write_models_into_schema,
 )
 from server.playground import playground_router

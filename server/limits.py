@@ -1,7 +1,8 @@
-"""The configured request limits (`RAGRANK_MAX_*`), in two layers. The body limits bound the
-shape of any JSON body (depth, values, arrays, objects, strings) before it is decoded into a
-route's type; the route limits bound that type's fields. Both are written into the OpenAPI
-schema the server serves, so the schema and the server say the same."""
+"""The body guard's checks of the configured request limits (`RAGRANK_MAX_*`), in two layers.
+The body limits bound the shape of any JSON body (depth, values, arrays, objects, strings)
+before it is decoded into a route's type; the route limits, and the key rules such as search's
+`filter.doc_id`, are declared on that type's fields and bound them. `server/openapi.py` writes
+both into the served schema, so the schema and the server say the same."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
-from litestar.openapi.spec import OpenAPI, Schema
 
 from ragrank.errors import InvalidRequestError
 from ragrank.ids import doc_id_problem
-from ragrank.settings import LIMIT_CEILINGS, Settings, env_name
+from ragrank.settings import LIMIT_CEILINGS, env_name
+from server.fields import walk
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterable, Iterator
+    from collections.abc import Callable, Hashable, Iterator
+
+    from ragrank.settings import Settings
 
 
 #: What a route limit bounds, by the type of the field it is declared on.
@@ -55,9 +58,20 @@ def limits_of(kind: type) -> tuple[Limit, ...]:
 
 @functools.cache
 def _limits_of(kind: Hashable) -> tuple[Limit, ...]:
-    found: list[Limit] = []
-    _walk(msgspec.inspect.type_info(kind), "", found, set())
-    return tuple(found)
+    return tuple(
+        Limit(path, _KINDS[type(node.type)], setting)
+        for path, node, setting in _declared_on(kind, "limit")
+    )
+
+
+def _declared_on(kind: Any, name: str) -> Iterator[tuple[str, Any, Any]]:
+    """(path, metadata node, value) of each field of `kind` whose `Meta(extra=...)` declares
+    `name`. A mapping's values have no field path, so nothing is read there."""
+    for path, node in walk(kind):
+        if isinstance(node, msgspec.inspect.Metadata) and "{}" not in path:
+            value = (node.extra or {}).get(name)
+            if value is not None:
+                yield path, node, value
 
 
 _KINDS: dict[type, LimitKind] = {
@@ -66,28 +80,32 @@ _KINDS: dict[type, LimitKind] = {
     msgspec.inspect.IntType: "value",
 }
 
+#: The rules a mapping field can declare for the value at one of its keys, by name: the
+#: identifier rules that bodies and paths share (`ragrank/ids.py`).
+KEY_RULES: dict[str, Callable[[str], str | None]] = {"doc_id": doc_id_problem}
 
-def _walk(node: Any, path: str, found: list[Limit], seen: set[type]) -> None:
-    if isinstance(node, msgspec.inspect.Metadata):
-        setting = (node.extra or {}).get("limit")
-        if setting is not None:
-            found.append(Limit(path, _KINDS[type(node.type)], setting))
-        _walk(node.type, path, found, seen)
-    elif isinstance(node, msgspec.inspect.UnionType):
-        for alternative in node.types:
-            _walk(alternative, path, found, seen)
-    elif isinstance(node, msgspec.inspect.ListType):
-        _walk(node.item_type, path + "[]", found, seen)
-    elif isinstance(node, msgspec.inspect.StructType) and node.cls not in seen:
-        seen.add(node.cls)
-        for field in node.fields:
-            _walk(
-                field.type,
-                f"{path}.{field.encode_name}" if path else field.encode_name,
-                found,
-                seen,
-            )
-        seen.discard(node.cls)
+
+def key_rules(**rules: str) -> dict[str, dict[str, str]]:
+    """The `Meta(extra=...)` of a mapping field whose values at some keys follow a rule of
+    `KEY_RULES`: `key_rules(doc_id="doc_id")` checks `filter.doc_id` as a document id."""
+    unknown = set(rules.values()) - set(KEY_RULES)
+    if unknown:
+        raise ValueError(f"no such key rules: {', '.join(sorted(unknown))}")
+    return {"key_rules": rules}
+
+
+def key_rules_of(kind: type) -> tuple[tuple[str, str, str], ...]:
+    """(field, key, rule) of each key rule declared on the fields of a request type."""
+    return _key_rules_of(kind)
+
+
+@functools.cache
+def _key_rules_of(kind: Hashable) -> tuple[tuple[str, str, str], ...]:
+    return tuple(
+        (path, key, rule)
+        for path, _, rules in _declared_on(kind, "key_rules")
+        for key, rule in rules.items()
+    )
 
 
 _ABSENT: Any = object()
@@ -204,12 +222,14 @@ def _duplicate_key(raw: bytes) -> InvalidRequestError:
 
 
 def check_limits(body: Any, settings: Settings) -> None:
-    """A 400 naming the field, the limit and its variable for the first limit `body` breaks."""
-    where = getattr(body, "filter", None)
-    if isinstance(where, dict) and isinstance(where.get("doc_id"), str):
-        problem = doc_id_problem(where["doc_id"])
-        if problem:
-            raise InvalidRequestError(f"filter.doc_id: {problem}", field="filter.doc_id")
+    """A 400 naming the field, and the limit and its variable or the rule, for the first limit or
+    key rule `body` breaks."""
+    for field, key, rule in key_rules_of(type(body)):
+        for path, value in _values(body, field):
+            given = value.get(key) if isinstance(value, dict) else None
+            problem = KEY_RULES[rule](given) if isinstance(given, str) else None
+            if problem:
+                raise InvalidRequestError(f"{path}.{key}: {problem}", field=f"{path}.{key}")
     for limit in limits_of(type(body)):
         bound: int = getattr(settings, limit.setting)
         for path, value in _values(body, limit.field):
@@ -251,116 +271,3 @@ def _size(value: Any, kind: str) -> int | None:
     if kind == "items":
         return len(value) if isinstance(value, list) else None
     return len(value) if isinstance(value, str) else None
-
-
-def write_limits_into_schema(
-    openapi: OpenAPI, settings: Settings, request_types: Iterable[type]
-) -> None:
-    """Put the configured limits where the schema holds the types' ceilings: the route limits on
-    their fields, the body limits on every string, array and object of a request body that
-    has no tighter bound, and in the description what JSON Schema cannot say (depth, values)."""
-    schemas = openapi.components.schemas if openapi.components else None
-    if not schemas:
-        return
-    openapi.info.description = f"{openapi.info.description or ''}\n\n{body_limits_text(settings)}"
-    seen: set[int] = set()
-    for path in (openapi.paths or {}).values():
-        for operation in (path.post, path.put, path.patch, path.delete):
-            body = getattr(operation, "request_body", None)
-            for media in (getattr(body, "content", None) or {}).values():
-                _bound_body_schema(media.schema, schemas, settings, seen)
-    for kind in request_types:
-        for limit in limits_of(kind):
-            component = schemas.get(kind.__name__)
-            if isinstance(component, Schema):
-                bound = getattr(settings, limit.setting)
-                for target in _schemas_at(component, limit.field, schemas):
-                    _set_bound(target, limit.kind, bound)
-
-
-def _schemas_at(schema: Schema, field: str, schemas: dict[str, Any]) -> Iterator[Schema]:
-    """The schemas of `field` within `schema`, through unions, lists and references."""
-    name, _, rest = field.partition(".")
-    target = (schema.properties or {}).get(name.removesuffix("[]"))
-    for found in _alternatives(target, schemas):
-        if name.endswith("[]"):
-            for item in _alternatives(found.items, schemas):
-                yield from _schemas_at(item, rest, schemas) if rest else (item,)
-        else:
-            yield from _schemas_at(found, rest, schemas) if rest else (found,)
-
-
-def _alternatives(schema: Any, schemas: dict[str, Any]) -> Iterator[Schema]:
-    if hasattr(schema, "ref") and isinstance(schema.ref, str):
-        schema = schemas.get(schema.ref.rsplit("/", 1)[-1])
-    if not isinstance(schema, Schema):
-        return
-    yield schema
-    for alternative in schema.any_of or []:
-        yield from _alternatives(alternative, schemas)
-
-
-def _set_bound(schema: Schema, kind: str, bound: int) -> None:
-    type_name = getattr(schema.type, "value", None)
-    if kind == "chars" and type_name == "string":
-        schema.max_length = bound
-    elif kind == "items" and type_name == "array":
-        schema.max_items = bound
-    elif kind == "value" and type_name == "integer":
-        schema.maximum = bound
-    elif type_name == "object" and kind == "chars":
-        # A document given as {"text": ...}: its text property.
-        text = (schema.properties or {}).get("text")
-        if isinstance(text, Schema):
-            text.max_length = bound
-
-
-def body_limits_text(settings: Settings) -> str:
-    """What every JSON body must keep to, as the OpenAPI description says it."""
-    rows = [
-        ("bytes", settings.max_request_bytes, "max_request_bytes", "(413 past it)"),
-        ("levels of nesting", settings.max_json_depth, "max_json_depth", ""),
-        ("array items and object members in all", settings.max_json_values, "max_json_values", ""),
-        ("items in one array", settings.max_json_items, "max_json_items", ""),
-        ("members of one object", settings.max_json_keys, "max_json_keys", ""),
-        (
-            "characters in one string or key",
-            settings.max_json_string_chars,
-            "max_json_string_chars",
-            "",
-        ),
-    ]
-    lines = "\n".join(
-        f"- {bound:,} {what} ({env_name(name)}){' ' + note if note else ''}"
-        for what, bound, name, note in rows
-    )
-    return (
-        "Every request body is JSON, sent as `application/json` (else 415), each key given "
-        f"once, and at most:\n{lines}\n\nPast one of these, or past a route's own limit, the "
-        "answer is a 400 naming the field, the limit and its variable."
-    )
-
-
-def _bound_body_schema(
-    schema: Any, schemas: dict[str, Any], settings: Settings, seen: set[int]
-) -> None:
-    """Give every string, array and object below `schema` the body limits where its own
-    bound is missing or looser."""
-    pending = [schema]
-    while pending:
-        node = pending.pop()
-        if hasattr(node, "ref") and isinstance(node.ref, str):
-            node = schemas.get(node.ref.rsplit("/", 1)[-1])
-        if not isinstance(node, Schema) or id(node) in seen:
-            continue
-        seen.add(id(node))
-        kind = getattr(node.type, "value", None)
-        if kind == "string":
-            node.max_length = min(node.max_length or 10**12, settings.max_json_string_chars)
-        elif kind == "array":
-            node.max_items = min(node.max_items or 10**12, settings.max_json_items)
-        elif kind == "object":
-            node.max_properties = min(node.max_properties or 10**12, settings.max_json_keys)
-        pending.extend(node.any_of or [])
-        pending.extend((node.properties or {}).values())
-        pending.extend(x for x in (node.items, node.additional_properties) if x is not None)

@@ -1,7 +1,8 @@
 """The served OpenAPI document, completed from the request types the app registers: all that
-the decoder enforces on their bodies, and what the fields declare (`exactly_one_of`, a flag
-with one served value, a vector length the model fixes). It walks the app's own handlers, so a
-struct is completed wherever it is defined."""
+the decoder enforces on their bodies, what the fields declare (`exactly_one_of`, a flag with
+one served value, a vector length the model fixes), and the configured request limits, which
+the body guard (`server/limits.py`) enforces. It walks the app's own handlers, so a struct is
+completed wherever it is defined."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from litestar.openapi.spec import OpenAPI, OpenAPIType, Schema
 
-from ragrank.settings import ANY_NAME
+from ragrank.settings import ANY_NAME, env_name
+from server.fields import declared, structs
+from server.limits import limits_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
     from litestar import Litestar
 
     from ragrank.protocols import ModelRole
+    from ragrank.settings import Settings
 
 
 def request_types(app: Litestar) -> list[type]:
@@ -31,41 +35,6 @@ def request_types(app: Litestar) -> list[type]:
     return list(found)
 
 
-def _structs(kinds: Iterable[type]) -> Iterator[msgspec.inspect.StructType]:
-    """Each struct reachable from `kinds` (their fields' types, through unions, lists and
-    dicts), once."""
-    seen: set[type] = set()
-    pending: list[Any] = [msgspec.inspect.type_info(kind) for kind in kinds]
-    while pending:
-        node = pending.pop(0)
-        if isinstance(node, msgspec.inspect.StructType):
-            if node.cls in seen:
-                continue
-            seen.add(node.cls)
-            yield node
-            pending.extend(field.type for field in node.fields)
-        elif isinstance(node, msgspec.inspect.Metadata):
-            pending.append(node.type)
-        elif isinstance(node, msgspec.inspect.UnionType):
-            pending.extend(node.types)
-        elif isinstance(node, msgspec.inspect.ListType):
-            pending.append(node.item_type)
-        elif isinstance(node, msgspec.inspect.DictType):
-            pending.extend((node.key_type, node.value_type))
-
-
-def _extra(node: Any) -> dict[str, Any]:
-    """What a field's `Meta(extra=...)` declares, through an optional's union."""
-    if isinstance(node, msgspec.inspect.Metadata):
-        return dict(node.extra or {})
-    if isinstance(node, msgspec.inspect.UnionType):
-        merged: dict[str, Any] = {}
-        for alternative in node.types:
-            merged |= _extra(alternative)
-        return merged
-    return {}
-
-
 def complete_request_schemas(openapi: OpenAPI, kinds: Iterable[type]) -> None:
     """Say in the OpenAPI schema all that the decoder enforces on request bodies, so clients and
     fuzzers see the real contract. Litestar's schema generation drops what msgspec's own JSON
@@ -73,7 +42,7 @@ def complete_request_schemas(openapi: OpenAPI, kinds: Iterable[type]) -> None:
     limits on objects' keys (`propertyNames`, `maxProperties`), e.g. of `filter`. And a union
     such as `str | int | float` is `anyOf`, not `oneOf`: 5 is both an integer and a number."""
     schemas = openapi.components.schemas if openapi.components else None
-    for struct in _structs(kinds):
+    for struct in structs(kinds):
         name = struct.cls.__name__
         component = (schemas or {}).get(name)
         if not struct.forbid_unknown_fields or not isinstance(component, Schema):
@@ -89,7 +58,7 @@ def complete_request_schemas(openapi: OpenAPI, kinds: Iterable[type]) -> None:
             target = properties.get(field.encode_name)
             if not isinstance(target, Schema):
                 continue
-            if "only" in (extra := _extra(field.type)):
+            if "only" in (extra := declared(field.type)):
                 target.enum = [extra["only"]]
             _copy_limits(exact["properties"][field.encode_name], target)
 
@@ -116,13 +85,13 @@ def _marked_options(
     """The schemas of type `kind` (the field's own, or a branch of its union) of every request
     field whose type carries `mark` in its extra metadata, with the mark's value."""
     schemas = openapi.components.schemas if openapi.components else None
-    for struct in _structs(kinds):
+    for struct in structs(kinds):
         component = (schemas or {}).get(struct.cls.__name__)
         if not isinstance(component, Schema):
             continue
         for field in struct.fields:
             target = (component.properties or {}).get(field.encode_name)
-            value = _extra(field.type).get(mark)
+            value = declared(field.type).get(mark)
             if not isinstance(target, Schema) or not value:
                 continue
             for option in [target, *(target.any_of or [])]:
@@ -183,3 +152,116 @@ def _copy_limits(rules: dict[str, Any], target: Schema) -> None:
 def _same_type(rules: dict[str, Any], target: Schema) -> bool:
     kind = target.type.value if isinstance(target.type, OpenAPIType) else None
     return rules.get("type") == kind
+
+
+def write_limits_into_schema(
+    openapi: OpenAPI, settings: Settings, request_types: Iterable[type]
+) -> None:
+    """Put the configured limits where the schema holds the types' ceilings: the route limits on
+    their fields, the body limits on every string, array and object of a request body that
+    has no tighter bound, and in the description what JSON Schema cannot say (depth, values)."""
+    schemas = openapi.components.schemas if openapi.components else None
+    if not schemas:
+        return
+    openapi.info.description = f"{openapi.info.description or ''}\n\n{body_limits_text(settings)}"
+    seen: set[int] = set()
+    for path in (openapi.paths or {}).values():
+        for operation in (path.post, path.put, path.patch, path.delete):
+            body = getattr(operation, "request_body", None)
+            for media in (getattr(body, "content", None) or {}).values():
+                _bound_body_schema(media.schema, schemas, settings, seen)
+    for kind in request_types:
+        for limit in limits_of(kind):
+            component = schemas.get(kind.__name__)
+            if isinstance(component, Schema):
+                bound = getattr(settings, limit.setting)
+                for target in _schemas_at(component, limit.field, schemas):
+                    _set_bound(target, limit.kind, bound)
+
+
+def _schemas_at(schema: Schema, field: str, schemas: dict[str, Any]) -> Iterator[Schema]:
+    """The schemas of `field` within `schema`, through unions, lists and references."""
+    name, _, rest = field.partition(".")
+    target = (schema.properties or {}).get(name.removesuffix("[]"))
+    for found in _alternatives(target, schemas):
+        if name.endswith("[]"):
+            for item in _alternatives(found.items, schemas):
+                yield from _schemas_at(item, rest, schemas) if rest else (item,)
+        else:
+            yield from _schemas_at(found, rest, schemas) if rest else (found,)
+
+
+def _alternatives(schema: Any, schemas: dict[str, Any]) -> Iterator[Schema]:
+    if hasattr(schema, "ref") and isinstance(schema.ref, str):
+        schema = schemas.get(schema.ref.rsplit("/", 1)[-1])
+    if not isinstance(schema, Schema):
+        return
+    yield schema
+    for alternative in schema.any_of or []:
+        yield from _alternatives(alternative, schemas)
+
+
+def _set_bound(schema: Schema, kind: str, bound: int) -> None:
+    type_name = getattr(schema.type, "value", None)
+    if kind == "chars" and type_name == "string":
+        schema.max_length = bound
+    elif kind == "items" and type_name == "array":
+        schema.max_items = bound
+    elif kind == "value" and type_name == "integer":
+        schema.maximum = bound
+    elif type_name == "object" and kind == "chars":
+        # A document given as {"text": ...}: its text property.
+        text = (schema.properties or {}).get("text")
+        if isinstance(text, Schema):
+            text.max_length = bound
+
+
+def body_limits_text(settings: Settings) -> str:
+    """What every JSON body must keep to, as the OpenAPI description says it."""
+    rows = [
+        ("bytes", settings.max_request_bytes, "max_request_bytes", "(413 past it)"),
+        ("levels of nesting", settings.max_json_depth, "max_json_depth", ""),
+        ("array items and object members in all", settings.max_json_values, "max_json_values", ""),
+        ("items in one array", settings.max_json_items, "max_json_items", ""),
+        ("members of one object", settings.max_json_keys, "max_json_keys", ""),
+        (
+            "characters in one string or key",
+            settings.max_json_string_chars,
+            "max_json_string_chars",
+            "",
+        ),
+    ]
+    lines = "\n".join(
+        f"- {bound:,} {what} ({env_name(name)}){' ' + note if note else ''}"
+        for what, bound, name, note in rows
+    )
+    return (
+        "Every request body is JSON, sent as `application/json` (else 415), each key given "
+        f"once, and at most:\n{lines}\n\nPast one of these, or past a route's own limit, the "
+        "answer is a 400 naming the field, the limit and its variable."
+    )
+
+
+def _bound_body_schema(
+    schema: Any, schemas: dict[str, Any], settings: Settings, seen: set[int]
+) -> None:
+    """Give every string, array and object below `schema` the body limits where its own
+    bound is missing or looser."""
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if hasattr(node, "ref") and isinstance(node.ref, str):
+            node = schemas.get(node.ref.rsplit("/", 1)[-1])
+        if not isinstance(node, Schema) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        kind = getattr(node.type, "value", None)
+        if kind == "string":
+            node.max_length = min(node.max_length or 10**12, settings.max_json_string_chars)
+        elif kind == "array":
+            node.max_items = min(node.max_items or 10**12, settings.max_json_items)
+        elif kind == "object":
+            node.max_properties = min(node.max_properties or 10**12, settings.max_json_keys)
+        pending.extend(node.any_of or [])
+        pending.extend((node.properties or {}).values())
+        pending.extend(x for x in (node.items, node.additional_properties) if x is not None)

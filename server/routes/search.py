@@ -10,7 +10,7 @@ from msgspec import Meta, Struct
 
 from ragrank.language import known_language, primary_subtag
 from ragrank.settings import FusionKind, Retrieval
-from server.limits import length_limit, value_limit
+from server.limits import key_rules, length_limit, value_limit
 from server.routes.shared import (
     MODEL_ERRORS,
     NON_BLANK,
@@ -92,6 +92,7 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
             Meta(
                 max_length=MAX_FILTER_KEYS,
                 description="Equality on `doc_id` or on metadata keys; all must match.",
+                extra=key_rules(doc_id="doc_id"),
             ),
         ]
         | None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 from litestar import Litestar, post
 from msgspec import Struct
 
-from server.limits import Limit, length_limit, limits_of, value_limit
+from server.limits import Limit, key_rules_of, length_limit, limits_of, value_limit
 from server.openapi import complete_request_schemas, request_types
 from server.routes.documents import DocumentsRequest
 from server.routes.rerank import RerankRequest
@@ -53,6 +53,10 @@ def test_the_server_s_bodies_declare_their_limits_on_their_fields():
         Limit("documents", "items", "max_ingest_documents"),
         Limit("documents[].text", "chars", "max_ingest_document_chars"),
     )
+
+
+def test_search_declares_its_doc_id_rule_on_its_filter_field():
+    assert key_rules_of(SearchRequest) == (("filter", "doc_id", "doc_id"),)
 
 
 def test_every_body_the_server_takes_declares_a_route_limit(fake_services):
