@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import platform
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -161,99 +162,178 @@ def macro_average(results: Sequence[DatasetResult]) -> dict[str, Any]:
     return macro
 
 
-def print_table(report: Mapping[str, Any], console: Console | None = None) -> None:
-    """The terminal's view of the JSON report: NDCG@10 of each system per dataset with its
-    oracle@K, then each system against cosine, then the notes."""
-    # Piped output would otherwise be cut to 80 columns.
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
-    datasets = report["datasets"]
-    macro = report["macro"]
-    systems = list(dict.fromkeys(name for d in datasets for name in d["systems"]))
-    depth = datasets[0]["oracle_k"] if datasets else 0
-    table = Table(
-        title=f"{HEADLINE.upper()} (oracle@{depth}: the best reordering of the top {depth})"
-    )
-    table.add_column("dataset")
-    table.add_column("queries", justify="right")
-    for name in systems:
-        table.add_column(name, justify="right")
-    for d in datasets:
-        row = [d["name"], str(d["evaluated_queries"])]
-        row += [_cell(d["systems"], name, d["oracle"]) for name in systems]
-        table.add_row(*row)
-    if len(datasets) > 1:
-        row = ["macro average", str(sum(d["evaluated_queries"] for d in datasets))]
-        row += [
-            f"{macro[name][HEADLINE]:.4f}"
-            + (f" ({macro['oracle'][name]:.3f})" if name in macro["oracle"] else "")
-            for name in systems
-        ]
-        table.add_row(*row, style="bold")
-    console.print(table)
-    console.print(f"exact search: {_exact_search(report)}")
-    _print_against_cosine(report, console)
+@dataclass(frozen=True)
+class ReportTable:
+    """One table of the report, rendered alike to the terminal (rich) and to report.md: the
+    cells are text; the first `labels` columns are left-aligned and the rest, numbers, right
+    (`right` names the right-aligned columns instead)."""
+
+    title: str
+    header: Sequence[str]
+    rows: Sequence[Sequence[str]]
+    #: Rows shown in bold: the macro averages.
+    bold: frozenset[int] = frozenset()
+    labels: int = 1
+    right: frozenset[int] | None = None
+    #: A sentence under the title.
+    note: str = ""
+
+    def _right(self, column: int) -> bool:
+        return column in self.right if self.right is not None else column >= self.labels
+
+    def rich(self) -> Table:
+        table = Table(title=self.title, caption=self.note or None)
+        for index, name in enumerate(self.header):
+            table.add_column(name, justify="right" if self._right(index) else "left")
+        for index, row in enumerate(self.rows):
+            table.add_row(*row, style="bold" if index in self.bold else None)
+        return table
+
+    def markdown(self) -> list[str]:
+        align = ["---:" if self._right(i) else "---" for i in range(len(self.header))]
+        lines = ["", f"## {self.title}", ""] + ([self.note, ""] if self.note else [])
+        lines += ["| " + " | ".join(self.header) + " |", "| " + " | ".join(align) + " |"]
+        for index, row in enumerate(self.rows):
+            cells = list(row)
+            if index in self.bold and cells[0]:
+                cells[0] = f"**{cells[0]}**"
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        return lines
+
+
+def _tables(report: Mapping[str, Any]) -> list[ReportTable]:
+    """The tables both the terminal and report.md show, in order."""
+    tables = [_headline(report), _against_cosine(report), _embedder(report)]
     if "against" in report:
         header, rows = against_rows(report["against"])
-        earlier = Table(title=f"{HEADLINE.upper()} against {report['against']['report']}")
-        for index, name in enumerate(header):
-            earlier.add_column(name, justify="left" if index < 2 else "right")
-        for row in rows:
-            earlier.add_row(*row, style="bold" if row[0].startswith("macro") else None)
-        console.print(earlier)
-    _print_notes(report, console)
+        tables.append(
+            ReportTable(
+                title=f"Against the earlier report `{report['against']['report']}`",
+                header=header,
+                rows=rows,
+                bold=frozenset(i for i, r in enumerate(rows) if r[0].startswith("macro")),
+                labels=2,
+                note="Each system before (the earlier report) and after (this run), on the "
+                "same queries.",
+            )
+        )
+    tables.append(_ann(report))
+    return [table for table in tables if table.rows]
 
 
-def _print_against_cosine(report: Mapping[str, Any], console: Console) -> None:
+def _headline(report: Mapping[str, Any]) -> ReportTable:
+    datasets, macro = report["datasets"], report["macro"]
+    systems = list(dict.fromkeys(name for d in datasets for name in d["systems"]))
+    depth = datasets[0]["oracle_k"] if datasets else 0
+    rows = [
+        [d["name"], str(d["evaluated_queries"])]
+        + [_cell(d["systems"], name, d.get("oracle")) for name in systems]
+        for d in datasets
+    ]
+    if len(datasets) > 1:
+        rows.append(
+            ["macro average", str(sum(d["evaluated_queries"] for d in datasets))]
+            + [
+                f"{macro[name][HEADLINE]:.4f}"
+                + (f" ({macro['oracle'][name]:.3f})" if name in macro.get("oracle", {}) else "")
+                for name in systems
+            ]
+        )
+    return ReportTable(
+        title=f"{HEADLINE.upper()} (oracle@{depth}: the best reordering of the top {depth})",
+        header=["dataset", "queries", *systems],
+        rows=rows,
+        bold=frozenset({len(datasets)} if len(datasets) > 1 else ()),
+        note=f"In brackets, oracle@{depth}: the {HEADLINE} of the best reordering of each "
+        "system's top candidates, the most any reranker of them could reach.",
+    )
+
+
+def _comparison_cells(c: Mapping[str, Any]) -> list[str]:
+    """Δ with its interval, both p-values, and wins / ties / losses of one comparison."""
+    low, high = c["delta_ci"][HEADLINE]
+    return [
+        f"{c['delta'][HEADLINE]:+.4f} [{low:+.4f}, {high:+.4f}]",
+        format_p(c["p_values"]["fisher"][HEADLINE]),
+        format_p(c["p_values"]["student"][HEADLINE]),
+        f"{c['wins']} / {c['ties']} / {c['losses']}",
+    ]
+
+
+COMPARED = ["Δ [95 % CI]", "p (fisher)", "p (student)", "wins / ties / losses"]
+
+
+def _against_cosine(report: Mapping[str, Any]) -> ReportTable:
+    """Each system against cosine, per dataset and on the macro average."""
     datasets = report["datasets"]
     compared = [(d, c) for d in datasets for c in d["comparisons"] if c["baseline"] == BASELINE]
-    if not compared:
-        return
-    against = Table(title=f"{HEADLINE.upper()} against cosine")
-    for name in ("dataset", "system", "Δ [95 % CI]", "p (fisher)", "W/T/L"):
-        against.add_column(name, justify="left" if name in ("dataset", "system") else "right")
-    for d, c in compared:
-        low, high = c["delta_ci"][HEADLINE]
-        against.add_row(
+    rows = [[d["name"], c["challenger"], *_comparison_cells(c)] for d, c in compared]
+    first_macro = len(rows)
+    if compared and len(datasets) > 1:
+        rows += [
+            [
+                "macro average",
+                name,
+                f"{delta[HEADLINE]:+.4f}",
+                "",
+                "",
+                f"{delta['datasets_improved']} of {len(datasets)} improved",
+            ]
+            for name, delta in report["macro"]["delta"].items()
+            if name != BASELINE
+        ]
+    return ReportTable(
+        title=f"{HEADLINE.upper()} against cosine",
+        header=["dataset", "system", *COMPARED],
+        rows=rows,
+        bold=frozenset(range(first_macro, len(rows))),
+        labels=2,
+    )
+
+
+def _embedder(report: Mapping[str, Any]) -> ReportTable:
+    """Cosine retrieval with the embedder against the baseline embedder's."""
+    compared = [
+        (d, c) for d in report["datasets"] for c in d["comparisons"] if c["challenger"] == BASELINE
+    ]
+    baseline = compared[0][1]["baseline"] if compared else ""
+    rows = [
+        [
             d["name"],
-            c["challenger"],
-            f"{c['delta'][HEADLINE]:+.4f} [{low:+.3f}, {high:+.3f}]",
-            format_p(c["p_values"]["fisher"][HEADLINE]),
-            f"{c['wins']}/{c['ties']}/{c['losses']}",
-        )
-    if len(datasets) > 1:
-        for name, delta in report["macro"]["delta"].items():
-            if name != BASELINE:
-                against.add_row(
-                    "macro average",
-                    name,
-                    f"{delta[HEADLINE]:+.4f}",
-                    "",
-                    f"{delta['datasets_improved']} sets ↑",
-                    style="bold",
-                )
-    console.print(against)
+            _cell(d["systems"], c["baseline"]),
+            _cell(d["systems"], BASELINE),
+            *_comparison_cells(c),
+        ]
+        for d, c in compared
+    ]
+    embed_model = report["config"].get("baseline_embed_model", baseline)
+    return ReportTable(
+        title=f"The embedder against the baseline embedder `{embed_model}`",
+        header=["dataset", baseline, BASELINE, *COMPARED],
+        rows=rows,
+        note=f"{HEADLINE} of {BASELINE} against {baseline}, the baseline embedder.",
+    )
 
 
-def _print_notes(report: Mapping[str, Any], console: Console) -> None:
-    """The embedder against its baseline, and ANN recall."""
-    for d in report["datasets"]:
-        for c in d["comparisons"]:
-            if c["challenger"] != BASELINE:
-                continue
-            low, high = c["delta_ci"][HEADLINE]
-            console.print(
-                f"{d['name']}: {HEADLINE} of cosine against {c['baseline']} (the baseline "
-                f"embedder): {_cell(d['systems'], BASELINE)} vs "
-                f"{_cell(d['systems'], c['baseline'])}, Δ {c['delta'][HEADLINE]:+.4f} "
-                f"[{low:+.3f}, {high:+.3f}], p (fisher) "
-                f"{format_p(c['p_values']['fisher'][HEADLINE])}"
-                f", W/T/L {c['wins']}/{c['ties']}/{c['losses']}"
-            )
-        if d["ann_recall_vs_exact"]:
-            console.print(
-                f"{d['name']}: Qdrant's top-k against the exact top-k: "
-                + ", ".join(f"{k} {v:.4f}" for k, v in d["ann_recall_vs_exact"].items())
-            )
+def _ann(report: Mapping[str, Any]) -> ReportTable:
+    datasets = [d for d in report["datasets"] if d["ann_recall_vs_exact"]]
+    return ReportTable(
+        title="ANN (Qdrant) against exact search",
+        header=["dataset", *(datasets[0]["ann_recall_vs_exact"] if datasets else ())],
+        rows=[
+            [d["name"], *(f"{v:.4f}" for v in d["ann_recall_vs_exact"].values())] for d in datasets
+        ],
+        note="Qdrant's top-k against the exact top-k (faiss).",
+    )
+
+
+def print_table(report: Mapping[str, Any], console: Console | None = None) -> None:
+    """The terminal's view of the JSON report: the tables report.md opens with."""
+    # Piped output would otherwise be cut to 80 columns.
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    for table in _tables(report):
+        console.print(table.rich())
+    console.print(f"exact search: {_exact_search(report)}")
 
 
 def _exact_search(report: Mapping[str, Any]) -> str:
@@ -285,8 +365,6 @@ def write_report(
 
 def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
     config = report["config"]
-    datasets = report["datasets"]
-    systems = list(dict.fromkeys(s for d in datasets for s in d["systems"]))
     reranker = (
         f"reranker `{config['rerank_model']}` · {config['candidates']} candidates"
         if config.get("rerank_model")
@@ -297,162 +375,69 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
         "",
         f"{report['created']} · embedder `{config['embed_model']}`"
         f"{' (int8)' if config.get('embed_backend') == 'int8' else ''} · {reranker} · split "
-        f"`{config['split']}` · exact search {_exact_search(report)}",
-        "",
-        f"## {HEADLINE.upper()}",
-        "",
-        f"In brackets, oracle@{datasets[0]['oracle_k'] if datasets else 0}: the {HEADLINE} of "
-        "the best reordering of each system's top candidates, the most any reranker of them "
-        "could reach.",
-        "",
-        "| dataset | queries | " + " | ".join(systems) + " |",
-        "| --- | ---: | " + " | ".join("---:" for _ in systems) + " |",
+        f"`{config.get('split')}` · exact search {_exact_search(report)}",
     ]
-    for d in datasets:
-        cells = [
-            (
-                f"{d['systems'][s]['metrics'][HEADLINE]:.4f}"
-                + (f" ({d['oracle'][s]:.3f})" if s in d.get("oracle", {}) else "")
-            )
-            if s in d["systems"]
-            else "–"
-            for s in systems
-        ]
-        lines.append(f"| {d['name']} | {d['evaluated_queries']} | " + " | ".join(cells) + " |")
-    if len(datasets) > 1:
-        macro = report["macro"]
-        cells = [
-            f"{macro[s][HEADLINE]:.4f}"
-            + (f" ({macro['oracle'][s]:.3f})" if s in macro.get("oracle", {}) else "")
-            for s in systems
-        ]
-        lines.append("| **macro average** | | " + " | ".join(cells) + " |")
-    lines += _against_cosine(report)
-    if "against" in report:
-        header, rows = against_rows(report["against"])
-        lines += ["", f"## Against the earlier report `{report['against']['report']}`", ""]
-        lines += [
-            "Each system before (the earlier report) and after (this run), on the same queries.",
-            "",
-            "| " + " | ".join(header) + " |",
-            "| --- | --- | " + " | ".join("---:" for _ in header[2:]) + " |",
-        ]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return _markdown_rest(report, plots, lines)
-
-
-def _against_cosine(report: Mapping[str, Any]) -> list[str]:
-    """Each system against cosine, per dataset and on the macro average."""
-    datasets = report["datasets"]
-    lines: list[str] = []
-    against = [(d, c) for d in datasets for c in d["comparisons"] if c["baseline"] == "cosine"]
-    if against:
-        lines += [
-            "",
-            "## Against cosine",
-            "",
-            "| dataset | system | Δ [95 % CI] | p (fisher) | p (student) | wins / ties / losses |",
-            "| --- | --- | ---: | ---: | ---: | ---: |",
-        ]
-        for d, c in against:
-            low, high = c["delta_ci"][HEADLINE]
-            lines.append(
-                f"| {d['name']} | {c['challenger']} "
-                f"| {c['delta'][HEADLINE]:+.4f} [{low:+.4f}, {high:+.4f}] "
-                f"| {format_p(c['p_values']['fisher'][HEADLINE])} "
-                f"| {format_p(c['p_values']['student'][HEADLINE])} "
-                f"| {c['wins']} / {c['ties']} / {c['losses']} |"
-            )
-        if len(datasets) > 1:
-            for name, delta in report["macro"]["delta"].items():
-                if name != "cosine":
-                    lines.append(
-                        f"| **macro average** | {name} | {delta[HEADLINE]:+.4f} | | "
-                        f"| {delta['datasets_improved']} of {len(datasets)} improved |"
-                    )
-    return lines
-
-
-def _markdown_rest(report: Mapping[str, Any], plots: Sequence[str], lines: list[str]) -> str:
-    """The baseline embedder, all metrics, ANN recall, times, extremes, plots, config."""
-    config = report["config"]
-    datasets = report["datasets"]
-    embedders = [(d, c) for d in datasets for c in d["comparisons"] if c["challenger"] == "cosine"]
-    if embedders:
-        lines += [
-            "",
-            f"## The embedder against the baseline embedder `{config['baseline_embed_model']}`",
-            "",
-            f"| dataset | {embedders[0][1]['baseline']} | cosine | Δ [95 % CI] | p (fisher) "
-            "| p (student) | wins / ties / losses |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        for d, c in embedders:
-            low, high = c["delta_ci"][HEADLINE]
-            lines.append(
-                f"| {d['name']} "
-                f"| {d['systems'][c['baseline']]['metrics'][HEADLINE]:.4f} "
-                f"| {d['systems']['cosine']['metrics'][HEADLINE]:.4f} "
-                f"| {c['delta'][HEADLINE]:+.4f} [{low:+.4f}, {high:+.4f}] "
-                f"| {format_p(c['p_values']['fisher'][HEADLINE])} "
-                f"| {format_p(c['p_values']['student'][HEADLINE])} "
-                f"| {c['wins']} / {c['ties']} / {c['losses']} |"
-            )
-    lines += ["", "## All metrics", ""]
-    lines += ["| dataset | system | " + " | ".join(METRICS) + " |"]
-    lines += ["| --- | --- | " + " | ".join("---:" for _ in METRICS) + " |"]
-    for d in datasets:
-        for name, system in d["systems"].items():
-            values = " | ".join(f"{system['metrics'][m]:.4f}" for m in METRICS)
-            lines.append(f"| {d['name']} | {name} | {values} |")
-    ann = [d for d in datasets if d["ann_recall_vs_exact"]]
-    if ann:
-        lines += ["", "## ANN (Qdrant) against exact search", ""]
-        lines += ["| dataset | " + " | ".join(ann[0]["ann_recall_vs_exact"]) + " |"]
-        lines += ["| --- | " + " | ".join("---:" for _ in ann[0]["ann_recall_vs_exact"]) + " |"]
-        for d in ann:
-            lines.append(
-                f"| {d['name']} | "
-                + " | ".join(f"{v:.4f}" for v in d["ann_recall_vs_exact"].values())
-                + " |"
-            )
-    lines += ["", "## Time", ""]
-    timed = [system.timing_key for system in SYSTEMS.values()]
-    labels = [key.removesuffix("_ms_per_query").replace("_", "-") for key in timed]
-    lines += [
-        "| dataset | corpus encode s | BM25 encode s | embed ms/query | "
-        + " | ".join(f"{label} ms/query" for label in labels)
-        + " |",
-        "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in labels) + " |",
-    ]
-    for d in datasets:
-        t = d["timings"]
-        encode = f"{t['corpus_encode_s']:.1f}" + (" (cached)" if t.get("corpus_cached") else "")
-        keys = ("sparse_encode_s", "embed_ms_per_query", *timed)
-        cells = [f"{t[k]:.1f}" if k in t else "–" for k in keys]
-        lines.append(f"| {d['name']} | {encode} | " + " | ".join(cells) + " |")
-    for d in datasets:
+    for table in [*_tables(report), _all_metrics(report), _time(report)]:
+        lines += table.markdown() if table.rows else []
+    for d in report["datasets"]:
         for challenger, system in SYSTEMS.items():
             if system.extremes and challenger in d["systems"]:
-                lines += _extremes(d, challenger)
+                lines += _extremes(d, challenger).markdown()
     lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
     lines += ["", "## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]
     return "\n".join(lines)
 
 
-def _extremes(d: Mapping[str, Any], challenger: str) -> list[str]:
+def _all_metrics(report: Mapping[str, Any]) -> ReportTable:
+    return ReportTable(
+        title="All metrics",
+        header=["dataset", "system", *METRICS],
+        rows=[
+            [d["name"], name, *(f"{system['metrics'][m]:.4f}" for m in METRICS)]
+            for d in report["datasets"]
+            for name, system in d["systems"].items()
+        ],
+        labels=2,
+    )
+
+
+def _time(report: Mapping[str, Any]) -> ReportTable:
+    timed = [system.timing_key for system in SYSTEMS.values()]
+    labels = [key.removesuffix("_ms_per_query").replace("_", "-") for key in timed]
+    rows = []
+    for d in report["datasets"]:
+        t = d["timings"]
+        encode = f"{t['corpus_encode_s']:.1f}" + (" (cached)" if t.get("corpus_cached") else "")
+        keys = ("sparse_encode_s", "embed_ms_per_query", *timed)
+        rows.append([d["name"], encode, *(f"{t[k]:.1f}" if k in t else "–" for k in keys)])
+    return ReportTable(
+        title="Time",
+        header=[
+            "dataset",
+            "corpus encode s",
+            "BM25 encode s",
+            "embed ms/query",
+            *(f"{label} ms/query" for label in labels),
+        ],
+        rows=rows,
+    )
+
+
+def _extremes(d: Mapping[str, Any], challenger: str) -> ReportTable:
     """The largest per-query wins and losses of `challenger` against cosine."""
     moves = sorted(
-        (q[challenger][HEADLINE] - q["cosine"][HEADLINE], qid, q["query"])
+        (q[challenger][HEADLINE] - q[BASELINE][HEADLINE], qid, q["query"])
         for qid, q in d["per_query"].items()
     )
-    lines = ["", f"## {d['name']}: largest wins and losses of {challenger} ({HEADLINE})", ""]
-    lines += ["| Δ | query id | query |", "| ---: | --- | --- |"]
     picked = [m for m in moves[::-1][:EXTREMES] if m[0] > 0] + [
         m for m in moves[:EXTREMES] if m[0] < 0
     ]
-    lines += [f"| {delta:+.4f} | {qid} | {text[:120]} |" for delta, qid, text in picked]
-    return lines
+    return ReportTable(
+        title=f"{d['name']}: largest wins and losses of {challenger} ({HEADLINE})",
+        header=["Δ", "query id", "query"],
+        rows=[[f"{delta:+.4f}", qid, text[:120]] for delta, qid, text in picked],
+        right=frozenset({0}),
+    )
 
 
 def write_plots(results: Sequence[DatasetResult], output: Path) -> list[Path]:

@@ -217,7 +217,7 @@ def test_eval_on_two_datasets_writes_every_report(tmp_path: Path, settings: Sett
     )
     markdown = (output / "report.md").read_text()
     assert "macro average" in markdown and "![ndcg10.png](ndcg10.png)" in markdown
-    assert "## Against cosine" in markdown and "oracle@5" in markdown
+    assert "## NDCG@10 against cosine" in markdown and "oracle@5" in markdown
     assert "NDCG@10 against cosine" in printed and "oracle@5" in printed
     # Which faiss ran, and where: faiss-cpu on the CPU here, faiss-gpu on a CUDA machine.
     exact = report["environment"]["exact_search"]
