@@ -1,12 +1,13 @@
-"""Command-line flags built from an options dataclass, so that each option's name, type, default
-and help are written once, on the field.
+"""Command-line flags built from a dataclass's fields (`ragrank.fieldspec.option`), so that
+each option's or setting's name, type, default and help are written once, on the field.
 
 A field becomes `--field-name`. Its type picks the parsing: `int`, `float`, `str`, `Path`, a
 `Literal` (choices), `X | None` (absent: the default), `tuple[X, ...]` (values separated by
 spaces or commas, or a repeated flag with `repeat=True`), and `bool` (`--name` when the default
 is False, `--no-name` when it is True). A field whose default comes from a setting names it
 (`setting="fusion"`): the flag then defaults to that setting's value. Fields with `cli=False`
-are filled by the caller.
+are filled by the caller. A setting's flag (`group=`) defaults to nothing, leaving the
+environment's value, and says its variable.
 """
 
 from __future__ import annotations
@@ -19,44 +20,28 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ragrank.errors import SettingsError
-from ragrank.settings import FlagGroup, Settings, choices_of, env_name
+from ragrank.fieldspec import FlagGroup, option
+from ragrank.settings import Settings, env_name
 
 if typing.TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+
+__all__ = [
+    "add_options",
+    "add_setting_flags",
+    "cli_fields",
+    "flag_name",
+    "option",
+    "options_from_args",
+    "parse_options",
+    "setting_fields",
+    "settings_overrides",
+]
 
 _Options = TypeVar("_Options")
 
 #: Sentinel: a flag the user did not give, told apart from one given as its default.
 _UNSET: Any = object()
-
-
-def option(
-    default: Any = dataclasses.MISSING,
-    help: str = "",
-    *,
-    flag: str | None = None,
-    choices: tuple[str, ...] | None = None,
-    metavar: str | None = None,
-    repeat: bool = False,
-    none_flag: tuple[str, str] | None = None,
-    setting: str | None = None,
-    cli: bool = True,
-) -> Any:
-    """A dataclass field that also describes its flag. `none_flag` is (flag, help) of a second
-    flag that sets the field to None, e.g. `--no-cache`."""
-    metadata = {
-        "help": help,
-        "flag": flag,
-        "choices": choices,
-        "metavar": metavar,
-        "repeat": repeat,
-        "none_flag": none_flag,
-        "setting": setting,
-        "cli": cli,
-    }
-    if isinstance(default, list | dict | set):
-        raise TypeError("mutable defaults: use a tuple")
-    return dataclasses.field(default=default, metadata=metadata)
 
 
 def flag_name(field: dataclasses.Field[Any]) -> str:
@@ -120,38 +105,24 @@ def options_from_args(
 
 def setting_fields(group: FlagGroup) -> list[dataclasses.Field[Any]]:
     """The settings whose flag belongs to `group`, in declaration order."""
-    return [f for f in dataclasses.fields(Settings) if f.metadata.get("flags") == group]
-
-
-def setting_flag(field: dataclasses.Field[Any]) -> str:
-    """The flag of a settings field: its own, or `--field-name`."""
-    given: str | None = field.metadata.get("flag")
-    return given or "--" + field.name.replace("_", "-")
+    return [f for f in dataclasses.fields(Settings) if f.metadata.get("group") == group]
 
 
 def add_setting_flags(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup, group: FlagGroup
 ) -> None:
-    """One flag per setting of `group`, its type, choices and help read off the field; absent,
-    it leaves the environment's value (`settings_overrides`)."""
+    """One flag per setting of `group`, built as every option's flag is; absent, it leaves the
+    environment's value (`settings_overrides`)."""
     hints = typing.get_type_hints(Settings)
     for field in setting_fields(group):
-        kind = _unwrap_optional(hints[field.name])
-        spec: dict[str, Any] = {"dest": field.name, "default": None}
-        if choices := choices_of(kind):
-            spec["choices"] = choices
-        else:
-            spec["type"] = _converter(kind)
-        doc = str(field.metadata["doc"]).split(";")[0].replace("`", "")
-        spec["help"] = f"{doc} ({env_name(field.name)})"
-        parser.add_argument(setting_flag(field), **spec)
+        _add_flag(parser, field, hints[field.name], None, None, variable=env_name(field.name))
 
 
 def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Every settings flag the command has and the user gave, by field name."""
     given = {}
     for field in dataclasses.fields(Settings):
-        if field.metadata.get("flags") is not None:
+        if field.metadata.get("group") is not None:
             value = getattr(args, field.name, None)
             if value is not None:
                 given[field.name] = value
@@ -178,11 +149,17 @@ def _add_flag(
     hint: Any,
     default: Any,
     choices: tuple[str, ...] | None,
+    *,
+    variable: str | None = None,
 ) -> None:
+    """One field's flag. With `variable` (a setting's), the flag defaults to nothing and its
+    help names the variable: the first clause of the setting's help, as plain text."""
     meta = field.metadata
     kind = _unwrap_optional(hint)
     required = default is dataclasses.MISSING
     spec: dict[str, Any] = {"dest": field.name, "help": meta["help"]}
+    if variable is not None:
+        spec["help"] = f"{str(meta['help']).split(';')[0].replace('`', '')} ({variable})"
     if meta["metavar"]:
         spec["metavar"] = meta["metavar"]
     if kind is bool:
@@ -192,6 +169,8 @@ def _add_flag(
         spec.update(_value_spec(kind, field, choices))
         if required:
             spec["required"] = True
+        elif variable is not None:
+            spec["default"] = None
         elif meta["setting"] is not None:
             spec["default"] = None
             spec["help"] += f" (default: {env_name(meta['setting'])})"

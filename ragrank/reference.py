@@ -9,7 +9,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ragrank.options import setting_flag
+from ragrank.options import flag_name
 from ragrank.settings import (
     Settings,
     bounds,
@@ -42,7 +42,7 @@ def render() -> str:
     rows = []
     hints = typing.get_type_hints(Settings)
     for field in dataclasses.fields(Settings):
-        doc = str(field.metadata.get("doc", "")).replace("|", "\\|")
+        doc = str(field.metadata.get("help", "")).replace("|", "\\|")
         rows.append(
             f"| `{env_name(field.name)}` | {shown_default(field)} | "
             f"{_allowed(field, hints[field.name])} | {doc} |"
@@ -57,8 +57,8 @@ def _allowed(field: dataclasses.Field[Any], kind: Any) -> str:
         parts.append(", ".join(f"`{choice}`" for choice in choices))
     if text := range_text(*bounds(field)):
         parts.append(text)
-    if field.metadata.get("flags"):
-        parts.append(f"flag `{setting_flag(field)}`")
+    if field.metadata.get("group"):
+        parts.append(f"flag `{flag_name(field)}`")
     return "; ".join(parts)
 
 

@@ -7,11 +7,12 @@ import functools
 import json
 import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ragrank.errors import SettingsError
+from ragrank.fieldspec import option
 from ragrank.ids import collection_problem
 from ragrank.language import Bm25Language  # noqa: TC001 (`get_type_hints` reads it)
 
@@ -86,40 +87,6 @@ def default_prefixes(embed_model: str) -> tuple[str, str]:
     return "", ""
 
 
-#: The groups of command-line flags a setting can belong to (`cli/main.py` says which
-#: commands offer each group).
-FlagGroup = Literal["models", "listen", "index", "worker"]
-
-
-def setting(
-    default: Any,
-    doc: str,
-    *,
-    ge: float | None = None,
-    le: float | None = None,
-    flags: FlagGroup | None = None,
-    flag: str | None = None,
-    shown: str | None = None,
-    empty_is_value: bool = False,
-    secret: bool = False,
-) -> Any:
-    """A settings field, declared once: `doc` says what it does; `ge` and `le` bound it (a
-    `Literal` type gives its choices); `flags` names the group of commands whose flag sets it
-    (`flag`, when not `--field-name`); `shown` says how its default reads when the value alone
-    would mislead (e.g. `0` meaning "per device"). Validation, the flags, `docs/configuration.md`
-    (`make docs`) and the OpenAPI schema's ceilings all read these."""
-    metadata = {
-        "doc": doc,
-        "ge": ge,
-        "le": le,
-        "flags": flags,
-        "flag": flag,
-        "shown": shown,
-        "empty_is_value": empty_is_value,
-    }
-    return field(default=default, repr=not secret, metadata=metadata)
-
-
 def choices_of(kind: Any) -> tuple[Any, ...]:
     """The values a `Literal` type (or an optional one) allows; empty for other types."""
     if typing.get_origin(kind) is Literal:
@@ -163,20 +130,20 @@ def shown_default(f: dataclasses.Field[Any]) -> str:
 class Settings:
     """Every knob of ragrank. Each field `name` is read from the variable `RAGRANK_<NAME>`."""
 
-    preset: Preset | None = setting(
+    preset: Preset | None = option(
         None,
         "a model pair for both model settings left at their defaults: "
-        + "; ".join(f"`{name}` = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items())
+        + ", ".join(f"`{name}` = {embed} + {rerank}" for name, (embed, rerank) in PRESETS.items())
         + " (`ragrank demo` without one picks `default` with CUDA, else `small`)",
-        flags="models",
+        group="models",
     )
-    embed_model: str = setting(
-        DEFAULT_EMBED_MODEL, "bi-encoder: hub id or local folder", flags="models"
+    embed_model: str = option(
+        DEFAULT_EMBED_MODEL, "bi-encoder: hub id or local folder", group="models"
     )
-    rerank_model: str = setting(
-        DEFAULT_RERANK_MODEL, "one-logit cross-encoder: hub id or local folder", flags="models"
+    rerank_model: str = option(
+        DEFAULT_RERANK_MODEL, "one-logit cross-encoder: hub id or local folder", group="models"
     )
-    embed_models: str = setting(
+    embed_models: str = option(
         "",
         "several embedders in one server, for the embeddings routes: comma-separated "
         "`name=model` entries (`name1|name2=model` gives one model several names; `*` as a "
@@ -184,12 +151,12 @@ class Settings:
         "answers searches, and overrides `RAGRANK_EMBED_MODEL` (see "
         "[models](models.md#several-models-in-one-server))",
     )
-    rerank_models: str = setting(
+    rerank_models: str = option(
         "",
         "several rerankers in one server, each picked by a request's `model`: entries as for "
         "`RAGRANK_EMBED_MODELS`; the first is the default and overrides `RAGRANK_RERANK_MODEL`",
     )
-    model_names: ModelNames = setting(
+    model_names: ModelNames = option(
         "open",
         "`open`: a request's `model` that no served model answers to gets its role's default, so "
         "clients that send a vendor's name (`rerank-v3.5`, `text-embedding-3-small`) work "
@@ -197,67 +164,67 @@ class Settings:
         "schema lists them as each `model` field's `enum` (see "
         "[models](models.md#several-models-in-one-server))",
     )
-    model_memory_share: float = setting(
+    model_memory_share: float = option(
         0.8,
         "share of the device's free memory the served models' weights may take at start-up; "
         "a set that needs more is refused, with the figures (the rest is left to the batches)",
         ge=0.01,
         le=1.0,
     )
-    query_prefix: str | None = setting(
+    query_prefix: str | None = option(
         None,
         "prepended to queries before embedding; set it empty for none",
         shown="`query: ` for e5 models, else empty",
         empty_is_value=True,
     )
-    passage_prefix: str | None = setting(
+    passage_prefix: str | None = option(
         None,
         "prepended to chunks before embedding",
         shown="`passage: ` for e5 models, else empty",
         empty_is_value=True,
     )
 
-    qdrant_path: Path = setting(
+    qdrant_path: Path = option(
         Path("ragrank-data/qdrant"),
         "the embedded store's folder (Qdrant Edge), used unless `RAGRANK_QDRANT_URL` is set",
-        flags="models",
+        group="models",
     )
-    qdrant_url: str | None = setting(
-        None, "a Qdrant server, e.g. `http://localhost:6333` or a Qdrant Cloud URL", flags="models"
+    qdrant_url: str | None = option(
+        None, "a Qdrant server, e.g. `http://localhost:6333` or a Qdrant Cloud URL", group="models"
     )
-    qdrant_api_key: str | None = setting(None, "the server's API key", secret=True)
-    collection: str = setting(
+    qdrant_api_key: str | None = option(None, "the server's API key", secret=True)
+    collection: str = option(
         "ragrank",
         "collection name; created (cosine, the model's dimension) if missing",
         shown="`ragrank` (`ragrank-demo` for the demo)",
-        flags="models",
+        group="models",
     )
-    qdrant_shard_number: int = setting(
+    qdrant_shard_number: int = option(
         1,
         "shards of a collection ragrank creates on a Qdrant server (cluster mode); an existing "
         "collection keeps its own",
         ge=1,
     )
-    qdrant_replication_factor: int = setting(
+    qdrant_replication_factor: int = option(
         1, "copies of each shard across the cluster's nodes", ge=1
     )
-    qdrant_write_consistency_factor: int = setting(
+    qdrant_write_consistency_factor: int = option(
         1, "copies a write waits for (at most the replication factor)", ge=1
     )
-    hnsw_m: int = setting(16, "edges per node of the HNSW graph of a new collection", ge=1)
-    hnsw_ef_construct: int = setting(100, "candidates considered while building the graph", ge=1)
-    hnsw_ef: int = setting(
+    hnsw_m: int = option(16, "edges per node of the HNSW graph of a new collection", ge=1)
+    hnsw_ef_construct: int = option(100, "candidates considered while building the graph", ge=1)
+    hnsw_ef: int = option(
         128,
         "candidates each search explores in the graph (see [the "
         "store](deployment.md#the-store-qdrant-edge-embedded-a-qdrant-server-at-scale))",
         ge=1,
     )
-    hnsw_indexing_threshold_kb: int = setting(
+    hnsw_indexing_threshold_kb: int = option(
         10_000,
         "KiB of vectors from which a segment gets a graph; smaller ones are scanned exactly",
         ge=1,
     )
-    vacuum_deleted_ratio: float = setting(
+    vacuum_deleted_ratio: float = option(
         0.0,
         "share of a segment's points deleted or overwritten from which an index build rebuilds it"
         " without them; `0` rebuilds any segment with a deletion, which keeps BM25's IDF exact "
@@ -265,57 +232,57 @@ class Settings:
         ge=0.0,
         le=1.0,
     )
-    sparse: SparseKind = setting(
+    sparse: SparseKind = option(
         "bm25",
         "the BM25 sparse vector stored beside the dense one: `bm25` (Qdrant's BM25, a "
         "multilingual word tokenizer), `subword` (the embedding model's tokenizer) or `none` "
         "(dense only); with the `RAGRANK_BM25_*` settings, part of each document's stamp: a "
         "change re-indexes",
     )
-    bm25_language: Bm25Language = setting(
+    bm25_language: Bm25Language = option(
         "auto",
         "stopwords and Snowball stemmer of `bm25`: `auto` analyses each chunk and query in its "
         "own language (a document's `lang` or `language` metadata, else identified from the "
         "text), a language name (e.g. `german`) analyses everything as that one, `none` uses "
         "neither (see [multilingual BM25](retrieval.md#every-language-its-own-bm25))",
     )
-    bm25_query_confidence: float = setting(
+    bm25_query_confidence: float = option(
         0.5,
         "with `auto`, the probability a query's likeliest language needs for its words to be "
         "analysed as that language alone; below it, as both of the two likeliest",
         ge=0.0,
         le=1.0,
     )
-    bm25_k: float = setting(
+    bm25_k: float = option(
         1.2, "BM25's term-frequency saturation (`0`: a term counts once)", ge=0.0, le=100.0
     )
-    bm25_b: float = setting(0.75, "BM25's length normalisation", ge=0.0, le=1.0)
-    bm25_avg_len: float = setting(
+    bm25_b: float = option(0.75, "BM25's length normalisation", ge=0.0, le=1.0)
+    bm25_avg_len: float = option(
         256.0,
         "the chunk length, in terms, that length normalisation is relative to",
         ge=1.0,
         le=1_000_000.0,
     )
-    retrieval: Retrieval = setting(
+    retrieval: Retrieval = option(
         "hybrid",
         "a search's first stage when the request does not say: `dense`, `sparse` or `hybrid`",
     )
-    fusion: FusionKind = setting(
+    fusion: FusionKind = option(
         "dbsf",
         "how `hybrid` fuses its lists when the request does not say: `rrf` or `dbsf`",
     )
-    rrf_k: int = setting(2, "RRF's k when the request does not say", ge=1)
-    rrf_dense_weight: float = setting(
+    rrf_k: int = option(2, "RRF's k when the request does not say", ge=1)
+    rrf_dense_weight: float = option(
         1.0,
         "RRF's weight of the dense list when the request does not say (Qdrant divides a list's "
         "1-based positions by its weight)",
         ge=0.01,
         le=100.0,
     )
-    rrf_sparse_weight: float = setting(
+    rrf_sparse_weight: float = option(
         1.0, "RRF's weight of the BM25 list when the request does not say", ge=0.01, le=100.0
     )
-    fusion_other_languages: float = setting(
+    fusion_other_languages: float = option(
         0.6,
         "with `auto` BM25, how much of BM25's part of a `hybrid` score a passage in another "
         "language than the query's (which BM25 cannot match) takes from the dense list instead: "
@@ -324,36 +291,36 @@ class Settings:
         le=1.0,
     )
 
-    device: str = setting(
-        "auto", "`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:N`", flags="models"
+    device: str = option(
+        "auto", "`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:N`", group="models"
     )
-    dtype: Dtype = setting(
+    dtype: Dtype = option(
         "auto",
         "`auto` (bf16 on CUDA, fp16 on GPUs without bf16, fp32 on CPU), `float32`, `float16`, "
         "`bfloat16`; logits and embeddings are always read in fp32",
     )
-    embed_batch_size: int = setting(
+    embed_batch_size: int = option(
         0, "most texts in one embedding forward pass", shown="`0` = 16 on CPU, 256 on CUDA", ge=0
     )
-    embed_batch_tokens: int = setting(
+    embed_batch_tokens: int = option(
         0,
         "most tokens in one embedding forward pass: padded ones, or real ones when packed",
         shown="`0` = 8,192 on CPU, 32,768 on CUDA",
         ge=0,
     )
-    rerank_batch_size: int = setting(
+    rerank_batch_size: int = option(
         0,
         "most pairs in one cross-encoder forward pass",
         shown="`0` = 16 on CPU, 256 on CUDA",
         ge=0,
     )
-    rerank_batch_tokens: int = setting(
+    rerank_batch_tokens: int = option(
         0,
         "most tokens in one cross-encoder forward pass: padded ones, or real ones when packed",
         shown="`0` = 8,192 on CPU, 32,768 on CUDA",
         ge=0,
     )
-    rerank_max_length: int = setting(
+    rerank_max_length: int = option(
         0,
         "tokens per (query, document window) input; a longer document is scored in windows. "
         "Never past the model's own limit",
@@ -361,53 +328,53 @@ class Settings:
         "ModernBERT and Qwen3 rerankers (see [models](models.md))",
         ge=0,
     )
-    rerank_instruction: str = setting(
+    rerank_instruction: str = option(
         "",
         "the task a Qwen3 reranker is told in its prompt, when its folder's chat template does not "
         "set the prompt itself",
         shown="empty = the model card's: `Given a web search query, retrieve relevant passages "
         "that answer the query`",
     )
-    rerank_backend: Backend = setting(
+    rerank_backend: Backend = option(
         "torch",
         "`torch` runs the model as loaded; `int8` (CPU only, opt-in) quantises its linear layers,"
         " checked at start-up (see [performance](performance.md))",
     )
-    rerank_min_agreement: float = setting(
+    rerank_min_agreement: float = option(
         0.9,
         "least mean per-query Spearman correlation between int8 and float scores on the "
         "calibration set; below it the server refuses to start",
         ge=-1.0,
         le=1.0,
     )
-    embed_backend: Backend = setting(
+    embed_backend: Backend = option(
         "torch",
         "`torch` runs the embedder as loaded; `int8` (CPU only, opt-in) quantises its linear "
         "layers, checked at start-up, for indexing, queries and the eval: about 1.3× the "
         "indexing speed for a small measured loss; part of each document's stamp, so a change "
         "re-embeds (see [performance](performance.md#int8-embedder))",
     )
-    embed_min_agreement: float = setting(
+    embed_min_agreement: float = option(
         0.99,
         "least mean cosine between int8 and float vectors of the calibration texts; below it "
         "the embedder is refused",
         ge=-1.0,
         le=1.0,
     )
-    packed: Packed = setting(
+    packed: Packed = option(
         "auto",
         "`on`: each batch's sequences are packed into one row without padding and attention runs "
         "per sequence (varlen), for BERT and XLM-R models; `off`: padded batches; `auto`: packed "
         "on CUDA, padded on CPU (measured faster there, see [performance](performance.md)). "
         "Other architectures fall back to padded batches, logged once",
     )
-    varlen_attention: VarlenAttention = setting(
+    varlen_attention: VarlenAttention = option(
         "auto",
         "the packed path's attention: `flash-attn` (`flash_attn_varlen_func`, when installed), "
         "`torch` (PyTorch's varlen kernel, CUDA, fp16/bf16), `sdpa` (one SDPA call per sequence, "
         "any device); `auto` picks in that order",
     )
-    cpu_kernel_cache: int = setting(
+    cpu_kernel_cache: int = option(
         0,
         "compiled CPU kernels oneDNN keeps, one per batch shape (its "
         "`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, which wins when set): a server sees thousands of "
@@ -415,14 +382,14 @@ class Settings:
         "[the soak run](performance.md#soak-make-soak))",
         ge=0,
     )
-    tokenizer_threads: int = setting(
+    tokenizer_threads: int = option(
         0,
         "host threads that tokenise, plan windows and collate batches, each with its own "
         "tokenizer copy",
         shown="`0` = cores − 1, at least 1",
         ge=0,
     )
-    batching: Batching = setting(
+    batching: Batching = option(
         "continuous",
         "`continuous`: each batch is formed as the device frees up, from the oldest waiting "
         "requests, so requests finish as their own batches do; `window`: everything waiting, "
@@ -430,154 +397,154 @@ class Settings:
         "`arrival`: a window in arrival order; `request`: no sharing across requests (the last "
         "three are baselines for the benchmarks)",
     )
-    warmup: Switch = setting(
+    warmup: Switch = option(
         "on",
         "run each served model over representative shapes before `/ready` turns 200, so the "
         "first request does not pay for the device's start (kernels, allocator)",
     )
-    batch_wait_ms: int = setting(
+    batch_wait_ms: int = option(
         5,
         "how long an idle window policy waits for concurrent requests to join its batches "
         "(`continuous` starts at once: what arrives meanwhile joins the next batch)",
         ge=0,
     )
-    queue_size: int = setting(4096, "items waiting per model before new requests get `429`", ge=1)
-    request_timeout_s: int = setting(60, "longest a request waits for a model; then `504`", ge=1)
+    queue_size: int = option(4096, "items waiting per model before new requests get `429`", ge=1)
+    request_timeout_s: int = option(60, "longest a request waits for a model; then `504`", ge=1)
 
-    chunk_tokens: int = setting(
-        256, "tokens per chunk, prefix included, capped by the model's limit", ge=1, flags="index"
+    chunk_tokens: int = option(
+        256, "tokens per chunk, prefix included, capped by the model's limit", ge=1, group="index"
     )
-    chunk_overlap: int = setting(32, "tokens shared by neighbouring chunks", ge=0, flags="index")
-    index_batch_size: int = setting(
-        64, "chunks embedded and upserted per batch", ge=1, flags="index", flag="--batch-size"
+    chunk_overlap: int = option(32, "tokens shared by neighbouring chunks", ge=0, group="index")
+    index_batch_size: int = option(
+        64, "chunks embedded and upserted per batch", ge=1, group="index", flag="--batch-size"
     )
-    metadata_indexes: str = setting(
+    metadata_indexes: str = option(
         "", "comma-separated metadata keys to give payload indexes on a Qdrant server"
     )
-    jobs_path: Path = setting(
+    jobs_path: Path = option(
         Path("ragrank-data/jobs.sqlite3"),
         "the durable job queue (SQLite) that the API writes and its one worker reads, on one "
         "machine; unused when `RAGRANK_JOBS_URL` is set",
-        flags="worker",
+        group="worker",
     )
-    jobs_url: str | None = setting(
+    jobs_url: str | None = option(
         None,
         "a PostgreSQL URL (`postgresql://user:password@host:5432/db`) for a job queue shared by "
         "any number of API replicas and workers on any hosts; its tables are created and "
         "migrated on first use",
-        flags="worker",
+        group="worker",
         secret=True,
     )
-    jobs_lease_s: int = setting(
+    jobs_lease_s: int = option(
         30,
         "seconds a worker's claim on a job lasts (PostgreSQL queue); the worker renews it every "
         "third of that, and a job whose worker died runs again once it ran out",
         ge=3,
     )
-    jobs_max_lost: int = setting(
+    jobs_max_lost: int = option(
         3,
         "times a job may lose its worker (killed, or cut off for longer than the lease) and be "
         "taken over; the next loss ends it `failed` (PostgreSQL queue)",
         ge=0,
     )
-    watch: str = setting(
+    watch: str = option(
         "",
         "comma-separated folders the worker keeps in sync (new, changed and deleted files)",
-        flags="worker",
+        group="worker",
     )
-    watch_interval_s: int = setting(30, "seconds between two sweeps of the watched folders", ge=1)
+    watch_interval_s: int = option(30, "seconds between two sweeps of the watched folders", ge=1)
 
-    max_request_bytes: int = setting(
+    max_request_bytes: int = option(
         16 * 1024 * 1024,
         "the largest request body read; a larger one gets `413` naming this limit, unread",
         shown="`16777216` (16 MiB)",
         ge=1,
     )
     # A document with metadata nests four levels deep: body, `documents`, the document, `metadata`.
-    max_json_depth: int = setting(
+    max_json_depth: int = option(
         32, "levels of nesting of a JSON body, its arrays and objects", ge=4, le=256
     )
-    max_json_values: int = setting(
+    max_json_values: int = option(
         500_000,
         "array items and object members in a whole JSON body",
         ge=1,
         le=10_000_000,
     )
-    max_json_items: int = setting(
+    max_json_items: int = option(
         20_480,
         "items of any one array in a JSON body; at least each route's own item limit",
         ge=1,
         le=100_000,
     )
     # A search request has 11 fields.
-    max_json_keys: int = setting(256, "members of any one object in a JSON body", ge=16, le=10_000)
-    max_json_string_chars: int = setting(
+    max_json_keys: int = option(256, "members of any one object in a JSON body", ge=16, le=10_000)
+    max_json_string_chars: int = option(
         1_000_000,
         "characters of any one string or key in a JSON body; at least each route's own "
         "character limit",
         ge=1,
         le=10_000_000,
     )
-    max_query_chars: int = setting(2_000, "characters of a search or rerank query", ge=1, le=20_000)
+    max_query_chars: int = option(2_000, "characters of a search or rerank query", ge=1, le=20_000)
     # A request that leaves out top_k or candidates gets their defaults, 10 and 50.
-    max_top_k: int = setting(100, "most results of a search", ge=10, le=1_000)
-    max_candidates: int = setting(500, "most chunks a search retrieves to rerank", ge=50, le=5_000)
-    max_rerank_documents: int = setting(
+    max_top_k: int = option(100, "most results of a search", ge=10, le=1_000)
+    max_candidates: int = option(500, "most chunks a search retrieves to rerank", ge=50, le=5_000)
+    max_rerank_documents: int = option(
         1_000,
         "documents in one `/v1/rerank` or `/rerank` request",
         ge=1,
         le=10_000,
     )
-    max_document_chars: int = setting(
+    max_document_chars: int = option(
         100_000,
         "characters of one document to rerank or text to embed",
         ge=1,
         le=1_000_000,
     )
-    max_embed_inputs: int = setting(
+    max_embed_inputs: int = option(
         2_048,
         "texts in one embeddings request, on any of its routes",
         ge=1,
         le=20_480,
     )
-    max_ingest_documents: int = setting(
+    max_ingest_documents: int = option(
         1_000, "documents in one `POST /v1/documents`", ge=1, le=10_000
     )
-    max_ingest_document_chars: int = setting(
+    max_ingest_document_chars: int = option(
         1_000_000, "characters of one ingested document", ge=1, le=10_000_000
     )
 
-    api_keys: str = setting(
+    api_keys: str = option(
         "",
         "comma-separated API keys with full access; with any key set, every route but `/health` "
         "and `/ready` needs one",
         secret=True,
     )
-    readonly_api_keys: str = setting(
+    readonly_api_keys: str = option(
         "",
         "comma-separated keys that may search, rerank and embed but not write documents",
         secret=True,
     )
-    api_keys_file: Path | None = setting(
+    api_keys_file: Path | None = option(
         None, "a file of full-access keys, one per line (`#` comments), e.g. a Docker secret"
     )
-    readonly_api_keys_file: Path | None = setting(None, "the same for read-only keys")
+    readonly_api_keys_file: Path | None = option(None, "the same for read-only keys")
 
-    log_format: LogFormat = setting(
+    log_format: LogFormat = option(
         "auto", "`json` (one object per line), `text`, or `auto`: JSON unless stderr is a terminal"
     )
-    log_level: LogLevel = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`")
+    log_level: LogLevel = option("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`")
 
-    host: str = setting(
+    host: str = option(
         "127.0.0.1",
         "interface `ragrank serve` listens on (`0.0.0.0` in containers)",
-        flags="listen",
+        group="listen",
     )
-    port: int = setting(8000, "port `ragrank serve` listens on", ge=1, le=65535, flags="listen")
-    playground: Switch = setting(
+    port: int = option(8000, "port `ragrank serve` listens on", ge=1, le=65535, group="listen")
+    playground: Switch = option(
         "on", "serve the web [playground](playground.md) at `/playground`: `on` or `off`"
     )
-    labels: Path | None = setting(
+    labels: Path | None = option(
         None,
         "a BEIR folder (`queries.jsonl`, `qrels/test.tsv`) whose labelled queries the playground "
         "offers as examples and marks, with NDCG@10; `ragrank demo` sets the bundled sample's",

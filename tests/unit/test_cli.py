@@ -78,7 +78,7 @@ def test_eval_without_its_extra_names_the_package_to_install(monkeypatch, capsys
 def test_a_commands_settings_flags_are_the_fields_of_its_groups(argv, groups, monkeypatch):
     import os
 
-    from ragrank.options import setting_fields, setting_flag
+    from ragrank.options import flag_name, setting_fields
     from ragrank.settings import Settings
 
     for name in [k for k in os.environ if k.startswith("RAGRANK_")]:
@@ -86,12 +86,12 @@ def test_a_commands_settings_flags_are_the_fields_of_its_groups(argv, groups, mo
     fields = [f for group in groups for f in setting_fields(group)]
     command = build_parser()._subparsers._group_actions[0].choices[argv[0]]  # type: ignore[union-attr]
     flags = {o for action in command._actions for o in action.option_strings}
-    assert {setting_flag(f) for f in fields} <= flags
+    assert {flag_name(f) for f in fields} <= flags
     # Absent, a flag leaves the setting alone; given, it sets the field of its own name.
     args = build_parser().parse_args(argv)
     assert settings_from_args(args) == Settings.from_env()
     given = [f for f in fields if f.type in ("int", "str")]
     for field in given:
         value = "17" if field.type == "int" else "given-value"
-        args = build_parser().parse_args([*argv, setting_flag(field), value])
+        args = build_parser().parse_args([*argv, flag_name(field), value])
         assert getattr(args, field.name) == (17 if field.type == "int" else value)

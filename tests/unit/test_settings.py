@@ -97,7 +97,7 @@ def test_every_field_has_a_documented_variable():
     reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     missing = [name for name, _ in settings_table() if f"`{name}`" not in reference]
     assert not missing, f"docs/configuration.md lacks {missing}"
-    undocumented = [f.name for f in dataclasses.fields(Settings) if not f.metadata.get("doc")]
+    undocumented = [f.name for f in dataclasses.fields(Settings) if not f.metadata.get("help")]
     assert not undocumented, undocumented
 
 
@@ -122,7 +122,7 @@ def _fields_with(key: str) -> list[dataclasses.Field]:
 
 
 def test_every_setting_is_documented():
-    assert all(f.metadata.get("doc") for f in dataclasses.fields(Settings))
+    assert all(f.metadata.get("help") for f in dataclasses.fields(Settings))
 
 
 @pytest.mark.parametrize("field", _fields_with("ge") + _fields_with("le"), ids=lambda f: f.name)
