@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import uvicorn
 
@@ -18,8 +19,24 @@ from eval.bench.harness import free_port, ragrank_command, server_process, wait_
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Iterator, Mapping, Sequence
+    from contextlib import AbstractContextManager
 
     from litestar import Litestar
+
+_Started = TypeVar("_Started")
+
+
+@contextmanager
+def side_by_side(*managers: AbstractContextManager[_Started]) -> Iterator[list[_Started]]:
+    """Enter `managers` at once, each in a thread of its own (a server spends seconds
+    importing and loading), and leave, in the end, those that started."""
+    with ExitStack() as stack:
+        with ThreadPoolExecutor(len(managers)) as pool:
+            started = [pool.submit(manager.__enter__) for manager in managers]
+        for manager, future in zip(managers, started, strict=True):
+            if future.exception() is None:
+                stack.push(manager.__exit__)
+        yield [future.result() for future in started]
 
 
 @contextmanager

@@ -6,8 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 
 from eval.random_models import save_random_model, tiny_config
 from tests.conftest import build_tokenizer
-from tests.servers import ragrank_serve
+from tests.servers import ragrank_serve, side_by_side
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -178,17 +177,13 @@ def servers(
     """Two servers, started side by side (each spends seconds importing and loading): `keyed`,
     with one API key, which every cell calls; `keyless`, for the client that sends no key."""
     rerankers = (spread_reranker_path, second_reranker_path)
-    managers = {
-        name: serve(tmp_path_factory.mktemp(name), tiny_embedder_path, rerankers, keys=k)
-        for name, k in (("keyed", KEY), ("keyless", ""))
-    }
-    with ExitStack() as stack:
-        with ThreadPoolExecutor(len(managers)) as pool:
-            started = {name: pool.submit(m.__enter__) for name, m in managers.items()}
-        for name, future in started.items():
-            if future.exception() is None:
-                stack.push(managers[name].__exit__)
-        yield {name: future.result() for name, future in started.items()}
+    names = ("keyed", "keyless")
+    managers = [
+        serve(tmp_path_factory.mktemp(name), tiny_embedder_path, rerankers, keys=key)
+        for name, key in zip(names, (KEY, ""), strict=True)
+    ]
+    with side_by_side(*managers) as bases:
+        yield dict(zip(names, bases, strict=True))
 
 
 @pytest.fixture(scope="session")

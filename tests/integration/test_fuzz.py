@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 #: Examples per operation and generation mode (valid, invalid): over 1,000 requests in all
 #: (operations without parameters, such as GET /health, stop early).
-EXAMPLES = 80
+EXAMPLES = 60
 
 
 def aliases(app: Litestar) -> set[tuple[str, str]]:

@@ -33,6 +33,7 @@ from ragrank.store import open_store
 from tests.conftest import tiny_settings
 from tests.fakes import FakeEmbedder
 from tests.postgres import Postgres, admin_url_or_skip, postgres, private_postgres
+from tests.servers import side_by_side
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -312,8 +313,7 @@ def test_an_upsert_then_a_delete_posted_to_two_api_processes_ends_deleted(
     port_b, api_b = _api_process(env, tmp_path, "b")
     recording = Recording()
     with (
-        api_a,
-        api_b,
+        side_by_side(api_a, api_b),
         httpx.Client(base_url=f"http://127.0.0.1:{port_a}", timeout=30) as a,
         httpx.Client(base_url=f"http://127.0.0.1:{port_b}", timeout=30) as b,
         _workers(fake_services, postgres.url, ["one", "two"], recording),

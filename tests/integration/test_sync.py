@@ -168,9 +168,10 @@ def test_whatever_a_killed_run_left_is_repaired(settings, counting, store, damag
 def test_sigkill_mid_run_then_rerun_equals_a_clean_run(settings: Settings, tmp_path: Path):
     """A real `ragrank index` process, killed with SIGKILL while it writes."""
     corpus = tmp_path / "corpus.jsonl"
+    documents = 100
     lines = [
         f'{{"id": "doc{i}", "text": "{" ".join(f"Fact {j} about topic {i}." for j in range(6))}"}}'
-        for i in range(160)
+        for i in range(documents)
     ]
     corpus.write_text("\n".join(lines), encoding="utf-8")
 
@@ -215,4 +216,4 @@ def test_sigkill_mid_run_then_rerun_equals_a_clean_run(settings: Settings, tmp_p
     killed = run(tmp_path / "killed", kill=True)
     clean = run(tmp_path / "clean", kill=False)
     assert killed == clean
-    assert len({doc_id for doc_id, *_ in clean.values()}) == 160
+    assert len({doc_id for doc_id, *_ in clean.values()}) == documents
