@@ -151,6 +151,7 @@ def _config(
     settings: Settings, datasets: Sequence[Path], options: EvalOptions, reranks: bool
 ) -> dict[str, Any]:
     placement = resolve_placement(settings.device, settings.dtype)
+    query_prefix, passage_prefix = settings.prefixes()
     return {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
         "systems": [system.name for system in plan(options.systems)],
@@ -162,8 +163,8 @@ def _config(
         "rerank_model": settings.rerank_model if reranks else None,
         "rerank_model_fingerprint": model_fingerprint(settings.rerank_model) if reranks else None,
         "rerank_max_length": settings.rerank_max_length,
-        "query_prefix": settings.prefixes()[0],
-        "passage_prefix": settings.prefixes()[1],
+        "query_prefix": query_prefix,
+        "passage_prefix": passage_prefix,
         "device": placement.device,
         "dtype": str(placement.dtype).removeprefix("torch."),
         "ann_store": "embedded (Qdrant Edge)"

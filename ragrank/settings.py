@@ -689,8 +689,12 @@ def _hints() -> dict[str, Any]:
     return typing.get_type_hints(Settings)
 
 
-#: Each model setting's declared default, which a preset replaces.
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Settings) if "model" in f.name}
+#: The declared defaults of the two model settings a preset fills.
+_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(Settings)
+    if f.name in ("embed_model", "rerank_model")
+}
 
 
 #: The request limits (the `max_*` settings the OpenAPI schema states) and the most and the
