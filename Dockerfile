@@ -1,5 +1,5 @@
 # ragrank's image: `ragrank serve` by default, `ragrank worker` for the indexer.
-#   docker build -t ragrank:cpu .                            CPU torch (small)
+#   docker build -t ragrank:cpu .                            CPU torch and OpenVINO (small)
 #   docker build -t ragrank:cuda --build-arg VARIANT=cuda .  CUDA torch and faiss-gpu (GPU; needs
 #                                                            the NVIDIA container toolkit on the host)
 # Two stages: `build` installs torch and ragrank into a virtualenv; `runtime` copies only that
@@ -34,9 +34,10 @@ COPY indexing indexing
 COPY eval eval
 COPY cli cli
 # The CUDA image also carries `ragrank eval` with faiss's GPU build (the `gpu` extra); the CPU
-# image is the server and the worker alone.
+# image is the server and the worker with OpenVINO (the `openvino` extra), which the `small`
+# preset's `auto` backends run on a CPU.
 RUN case "${VARIANT}" in \
-      cpu) target="." ;; \
+      cpu) target=".[openvino]" ;; \
       cuda) target=".[gpu]" ;; \
     esac \
     && pip install -c constraints.txt "${target}"

@@ -15,7 +15,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # `faiss` module (tests/integration/test_requirements.py checks the pick).
 NVIDIA_SMI ?= nvidia-smi
 GPU = $(shell $(NVIDIA_SMI) -L >/dev/null 2>&1 && echo yes)
-EXTRAS = dev,$(if $(GPU),gpu,eval),finetune
+EXTRAS = dev,$(if $(GPU),gpu,eval),finetune,openvino
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-served gpu-kit gpu-check bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
@@ -49,7 +49,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 lock: setup ## recompile constraints.txt and constraints-clients.txt, the pinned versions, with uv
-	$(BIN)/uv pip compile pyproject.toml --extra dev --extra eval --extra gpu --extra finetune \
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra eval --extra gpu --extra finetune --extra openvino \
 	  --no-header --python-version 3.11 --python-platform x86_64-manylinux_2_28 -o constraints.txt
 	printf 'torch==$(TORCH_VERSION)\n' > $(VENV)/torch-pin.txt
 	$(BIN)/uv pip compile pyproject.toml --extra clients --override $(VENV)/torch-pin.txt \

@@ -84,8 +84,11 @@ def run_eval(
         )
     )
     config = _config(settings, (*datasets, *merge), options, scorer is not None)
+    config["embed_backend"] = embedder.backend
     if embedder.agreement is not None:
-        config["embed_int8_agreement"] = asdict(embedder.agreement)
+        config["embed_agreement"] = asdict(embedder.agreement)
+    if embedder.conversion is not None:
+        config["embed_conversion"] = str(embedder.conversion)
     config["sparse"] = {"encoder": settings.sparse, "recipe": sparse.recipe if sparse else None}
     if baseline is not None:
         config |= {
@@ -159,7 +162,6 @@ def _config(
         "top_k": TOP_K,
         "embed_model": settings.embed_model,
         "embed_model_fingerprint": model_fingerprint(settings.embed_model),
-        "embed_backend": settings.embed_backend,
         "rerank_model": settings.rerank_model if reranks else None,
         "rerank_model_fingerprint": model_fingerprint(settings.rerank_model) if reranks else None,
         "rerank_max_length": settings.rerank_max_length,

@@ -363,6 +363,12 @@ def write_report(
     return written + plots
 
 
+def _backend(config: Mapping[str, Any]) -> str:
+    """The embedder's backend recipe beside its name, unless it is torch's."""
+    backend = config.get("embed_backend", "torch")
+    return "" if backend in ("torch", "auto") else f" ({backend})"
+
+
 def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
     config = report["config"]
     reranker = (
@@ -374,7 +380,7 @@ def markdown(report: Mapping[str, Any], plots: Sequence[str]) -> str:
         "# ragrank eval",
         "",
         f"{report['created']} · embedder `{config['embed_model']}`"
-        f"{' (int8)' if config.get('embed_backend') == 'int8' else ''} · {reranker} · split "
+        f"{_backend(config)} · {reranker} · split "
         f"`{config.get('split')}` · exact search {_exact_search(report)}",
     ]
     for table in [*_tables(report), _all_metrics(report), _time(report)]:

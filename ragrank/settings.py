@@ -38,9 +38,15 @@ Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 #: How packed attention runs (`ragrank/backends/packing.py`).
 VarlenAttention = Literal["auto", "flash-attn", "torch", "sdpa"]
 Packed = Literal["auto", "on", "off"]
-#: How a model runs: as loaded, or with int8 linear layers on the CPU
-#: (`ragrank/backends/quantization.py`).
-Backend = Literal["torch", "int8"]
+#: The OpenVINO backends of the CPU (`ragrank/backends/openvino.py`): float32, and NNCF's
+#: static int8.
+OpenVinoBackend = Literal["openvino", "openvino-int8"]
+#: How a model runs: as loaded, with int8 linear layers on the CPU
+#: (`ragrank/backends/quantization.py`), or compiled by OpenVINO; `auto` picks by preset and
+#: device (`PRESET_CPU_BACKENDS`).
+Backend = Literal["auto", "torch", "int8", OpenVinoBackend]
+#: Where OpenVINO conversions are kept between starts.
+OPENVINO_CACHE = Path("~/.cache/ragrank/openvino")
 Switch = Literal["on", "off"]
 #: How a request's `model` is matched against the served models' names.
 ModelNames = Literal["open", "strict"]
@@ -67,6 +73,11 @@ Preset = Literal["default", "small"]
 PRESETS: dict[Preset, tuple[str, str]] = {
     "default": (DEFAULT_EMBED_MODEL, DEFAULT_RERANK_MODEL),
     "small": ("intfloat/multilingual-e5-small", "cross-encoder/mmarco-mMiniLMv2-L12-H384-v1"),
+}
+#: (embedder, reranker) backends that `auto` picks on a CPU for a preset's models; `torch`
+#: everywhere else. Chosen by measurement: docs/performance.md#cpu-backends.
+PRESET_CPU_BACKENDS: dict[Preset, tuple[Backend, Backend]] = {
+    "small": ("openvino-int8", "openvino"),
 }
 
 
@@ -336,30 +347,40 @@ class Settings:
         "that answer the query`",
     )
     rerank_backend: Backend = option(
-        "torch",
-        "`torch` runs the model as loaded; `int8` (CPU only, opt-in) quantises its linear layers,"
-        " checked at start-up (see [performance](performance.md))",
+        "auto",
+        "`torch` runs the reranker as loaded; `openvino` compiles it with OpenVINO for the CPU "
+        "(float32, same scores); `openvino-int8` also quantises it with NNCF; `int8` is "
+        "ragrank's own dynamic int8. Every backend but `torch` runs on the CPU only and is "
+        "checked against torch at start-up. `auto`: `openvino` on a CPU with the `small` "
+        "preset, else `torch` (see [performance](performance.md#cpu-backends))",
     )
     rerank_min_agreement: float = option(
         0.9,
-        "least mean per-query Spearman correlation between int8 and float scores on the "
-        "calibration set; below it the server refuses to start",
+        "least mean per-query Spearman correlation between the backend's and torch's float32 "
+        "scores on the calibration set; below it the reranker is refused",
         ge=-1.0,
         le=1.0,
     )
     embed_backend: Backend = option(
-        "torch",
-        "`torch` runs the embedder as loaded; `int8` (CPU only, opt-in) quantises its linear "
-        "layers, checked at start-up, for indexing, queries and the eval: about 1.3× the "
-        "indexing speed for a small measured loss; part of each document's stamp, so a change "
-        "re-embeds (see [performance](performance.md#int8-embedder))",
+        "auto",
+        "`torch` runs the embedder as loaded; `openvino` compiles it with OpenVINO for the CPU "
+        "(float32, same vectors); `openvino-int8` also quantises it with NNCF; `int8` is "
+        "ragrank's own dynamic int8. Every backend but `torch` runs on the CPU only, is checked "
+        "against torch at start-up, and is part of each document's stamp, so a change "
+        "re-embeds. `auto`: `openvino-int8` on a CPU with the `small` preset, else `torch` "
+        "(see [performance](performance.md#cpu-backends))",
     )
     embed_min_agreement: float = option(
         0.99,
-        "least mean cosine between int8 and float vectors of the calibration texts; below it "
-        "the embedder is refused",
+        "least mean cosine between the backend's and torch's float32 vectors of the "
+        "calibration texts; below it the embedder is refused",
         ge=-1.0,
         le=1.0,
+    )
+    openvino_cache: Path = option(
+        OPENVINO_CACHE,
+        "where the OpenVINO backends keep their converted models, one folder per model, "
+        "recipe and OpenVINO version, so that a restart does not convert again",
     )
     packed: Packed = option(
         "auto",

@@ -79,8 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (first, second), (dense_first, _) = runs["with_sparse"], runs["dense_only"]
     figures = {
         "model": base.embed_model,
-        "embed_backend": base.embed_backend,
-        "int8_agreement": str(embedder.agreement) if embedder.agreement else None,
+        "embed_backend": embedder.backend,
+        "agreement": str(embedder.agreement) if embedder.agreement else None,
+        "conversion": str(embedder.conversion) if embedder.conversion else None,
         "sparse": base.sparse,
         "documents": len(documents),
         "chunks": len(passages),

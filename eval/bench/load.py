@@ -5,7 +5,9 @@ One run on one machine measures, on the same (query, document) pairs:
 * ``ceiling``: the cross-encoder in this process, no HTTP, all pairs sorted by length, at the
   best of `--batch-sizes` (found on a sample, then timed on every pair); per backend.
 * ``ragrank``: `ragrank serve` under `--clients` concurrent clients, each sending its requests
-  one after another (`--documents` per request); ``ragrank-int8`` the same on the int8 backend.
+  one after another (`--documents` per request); ``ragrank-int8``, ``ragrank-openvino`` and
+  ``ragrank-openvino-int8`` the same on that CPU backend, each with its own ceiling
+  (``ceiling-int8``, ...).
 * ``window``: the same server with the window policy (everything waiting sorted across
   requests, answered when the window ends), the previous default.
 * ``arrival``: the same server batching windows in arrival order (no length sort).
@@ -63,9 +65,19 @@ if TYPE_CHECKING:
 TARGETS = (
     ("ragrank", "ceiling", 0.9),
     ("ragrank-int8", "ceiling-int8", 0.9),
-    ("best ragrank", "infinity", 1.0),
+    ("ragrank-openvino", "ceiling-openvino", 0.9),
+    ("ragrank-openvino-int8", "ceiling-openvino-int8", 0.9),
+    ("best ceiling", "ceiling", 2.0),
+    ("best ragrank", "infinity", 2.0),
     ("ragrank", "arrival", 1.3),
 )
+
+#: The server runs on a CPU backend other than torch, and the backend each runs.
+BACKEND_RUNS = {
+    "ragrank-int8": "int8",
+    "ragrank-openvino": "openvino",
+    "ragrank-openvino-int8": "openvino-int8",
+}
 
 console = Console()
 
@@ -164,10 +176,11 @@ def find_infinity(given: str | None) -> str | None:
 
 
 def throughput_ratio(results: dict[str, RunResult], top: str, bottom: str) -> float | None:
-    """`top`'s pairs/s over `bottom`'s (`best ragrank`: the fastest ragrank run); None when
-    either did not run."""
-    if top == "best ragrank":
-        mine = [r for n, r in results.items() if n.startswith("ragrank")]
+    """`top`'s pairs/s over `bottom`'s (`best ragrank`, `best ceiling`: the fastest run of
+    that kind, any backend); None when either did not run."""
+    if top.startswith("best "):
+        kind = top.removeprefix("best ")
+        mine = [r for n, r in results.items() if n.startswith(kind)]
         if not mine:
             return None
         numerator = max(r.pairs_per_s for r in mine)
@@ -254,27 +267,32 @@ class _Bench:
 
     @property
     def runs(self) -> list[str]:
-        # int8 is a CPU backend.
-        return [r for r in self.options.runs if not (self.gpu and r == "ragrank-int8")]
+        # The backends other than torch run on the CPU only.
+        return [r for r in self.options.runs if not (self.gpu and r in BACKEND_RUNS)]
 
     def ceilings(
         self, scorer: CrossEncoderScorer, placement: Placement, report: dict[str, Any]
     ) -> dict[str, RunResult]:
-        """The model alone, in this process: the sweep, and the int8 backend at the best size."""
+        """The model alone, in this process: the sweep, and each CPU backend at the best size."""
         results: dict[str, RunResult] = {}
         ceiling, sweep = measure_ceiling(scorer, self.workload.pairs, self.options.batch_sizes)
         results["ceiling"] = ceiling
         report["ceiling_sweep"] = {str(k): round(v, 3) for k, v in sweep.items()}
         console.print(f"ceiling: {ceiling.pairs_per_s:.1f} pairs/s at batch {ceiling.batch_size}")
-        if "ragrank-int8" in self.runs:
-            int8 = CrossEncoderScorer(
-                self.model, placement=placement, backend="int8", min_agreement=-1
+        report["agreement"], report["conversion"] = {}, {}
+        for run, backend in BACKEND_RUNS.items():
+            if run not in self.runs:
+                continue
+            other = CrossEncoderScorer(
+                self.model, placement=placement, backend=backend, min_agreement=-1
             )
-            report["int8_agreement"] = asdict(int8.agreement) if int8.agreement else None
-            result, _ = measure_ceiling(int8, self.workload.pairs, [ceiling.batch_size])
-            result.name = "ceiling-int8"
-            results["ceiling-int8"] = result
-            console.print(f"ceiling-int8: {result.pairs_per_s:.1f} pairs/s; {int8.agreement}")
+            report["agreement"][backend] = asdict(other.agreement) if other.agreement else None
+            report["conversion"][backend] = str(other.conversion) if other.conversion else None
+            result, _ = measure_ceiling(other, self.workload.pairs, [ceiling.batch_size])
+            result.name = f"ceiling-{backend}"
+            results[result.name] = result
+            console.print(f"{result.name}: {result.pairs_per_s:.1f} pairs/s; {other.agreement}")
+            del other
         return results
 
     def servers(self, best: int, save: Callable[[dict[str, RunResult]], None]) -> None:
@@ -282,7 +300,7 @@ class _Bench:
         results: dict[str, RunResult] = {}
         plan = {
             "ragrank": ("continuous", "torch"),
-            "ragrank-int8": ("continuous", "int8"),
+            **{run: ("continuous", backend) for run, backend in BACKEND_RUNS.items()},
             "window": ("window", "torch"),
             "arrival": ("arrival", "torch"),
             "request": ("request", "torch"),

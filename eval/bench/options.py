@@ -10,7 +10,17 @@ from pathlib import Path
 from ragrank import SAMPLE_DATASET
 from ragrank.options import option
 
-RUNS = ("ceiling", "ragrank", "ragrank-int8", "window", "arrival", "request", "infinity")
+RUNS = (
+    "ceiling",
+    "ragrank",
+    "ragrank-int8",
+    "ragrank-openvino",
+    "ragrank-openvino-int8",
+    "window",
+    "arrival",
+    "request",
+    "infinity",
+)
 #: The shared model configs, tokenizers and evaluation data: beside the repository, or where
 #: RAGRANK_SHARED_DIR says (on a machine they were copied to), as for the tests.
 SHARED_DIR = Path(os.environ.get("RAGRANK_SHARED_DIR", "../shared"))

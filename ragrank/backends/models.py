@@ -28,6 +28,18 @@ from ragrank.backends.families import (
     reranker_family,
     window_length,
 )
+from ragrank.backends.openvino import (
+    RECIPES,
+    Calibration,
+    CompiledModel,
+    Conversion,
+    compiled_model,
+    is_openvino,
+    release,
+    require_runtime,
+    resolve_backend,
+    traceable,
+)
 from ragrank.backends.packing import (
     ATTENTION,
     PADDING_OFFSET_POSITIONS,
@@ -53,18 +65,23 @@ from ragrank.backends.quantization import (
     calibration_texts,
     checked_agreement,
     checked_int8,
+    held_out_groups,
+    held_out_texts,
     outlier_layers,
+    rank_agreement,
     require_cpu,
+    require_floor,
     vector_agreement,
 )
 from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
 from ragrank.loading import load_model
-from ragrank.settings import Settings, env_name
+from ragrank.settings import OPENVINO_CACHE, Settings, env_name
 from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
+    from pathlib import Path
 
     from numpy.typing import NDArray
 
@@ -150,6 +167,13 @@ class _Runner:
         self._pin = placement.device.startswith("cuda")
         # One forward at a time: the API's engine and an in-process indexing worker may share it.
         self.lock = threading.Lock()
+
+    def pad_only(self, backend: str) -> None:
+        """Padded, length-sorted batches from now on: a compiled backend runs no packed
+        forward (packing saves padding on a GPU; on a CPU it measured no faster)."""
+        if self.packed:
+            log.warning("%s runs padded batches; packing is for torch on a GPU", backend)
+        self.packed = False
 
     def collate(self, inputs: Sequence[ModelInput], packed: bool | None = None) -> Batch:
         """Packed or padded as the model runs (`packed` overrides, for benchmarks)."""
@@ -277,6 +301,7 @@ class SentenceTransformerEmbedder:
         varlen: str = "auto",
         backend: str = "torch",
         min_agreement: float = 0.99,
+        openvino_cache: Path = OPENVINO_CACHE,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -320,8 +345,61 @@ class SentenceTransformerEmbedder:
         self.agreement: VectorAgreement | None = None
         #: The linear layers the int8 backend keeps in float (`outlier_layers`).
         self.float_layers: list[str] = []
+        #: The compiled model of an OpenVINO backend, and how it was made.
+        self._openvino: CompiledModel | None = None
+        self.conversion: Conversion | None = None
         if backend == "int8":
             self._use_int8(min_agreement)
+        elif is_openvino(backend):
+            self._use_openvino(backend, min_agreement, openvino_cache)
+
+    def _use_openvino(self, backend: str, min_agreement: float, cache: Path) -> None:
+        """Swap in the compiled OpenVINO model, if its vectors match the torch model's."""
+        require_runtime("embedding", backend, self._runner.device)
+        self._runner.pad_only(backend)
+        self.packed = False
+        queries, passages = calibration_texts()
+        reference = self.embed_queries(queries), self.embed_passages(passages)
+
+        def batches() -> Calibration:
+            held_queries, held_passages = held_out_texts()
+            texts = [self.query_prefix + t for t in held_queries]
+            texts += [self.passage_prefix + t for t in held_passages]
+            return _calibration_batches(self._runner, self.encode_texts(texts))
+
+        modules = ",".join(type(m).__name__ for m in self._model)
+        traceable(self._encoder)
+        self._openvino, self.conversion = compiled_model(
+            _Embedding(self._model).eval(),
+            role="embedding",
+            model_id=self.model_id,
+            backend=backend,
+            example=_example(
+                self._runner,
+                self.encode_texts([self.passage_prefix + t for t in ("a", *passages[:1])]),
+            ),
+            calibration=batches,
+            cache=cache,
+            graph=f"sentence-transformers:{modules}",
+        )
+        self.agreement = vector_agreement(
+            reference, (self.embed_queries(queries), self.embed_passages(passages))
+        )
+        require_floor(
+            self.agreement,
+            role="embedding",
+            model_id=self.model_id,
+            backend=backend,
+            floor=min_agreement,
+        )
+        self.backend = RECIPES[backend]
+        release(self._model)
+        log.info(
+            "embedder: %s backend in use (%s); against torch float32: %s",
+            backend,
+            self.conversion,
+            self.agreement,
+        )
 
     def _use_int8(self, min_agreement: float) -> None:
         """Swap in the int8 encoder, if its vectors match the float encoder's."""
@@ -385,8 +463,14 @@ class SentenceTransformerEmbedder:
             batch_size=batch_limits(placement, settings.embed_batch_size)[0],
             packed=settings.packed,
             varlen=settings.varlen_attention,
-            backend=settings.embed_backend,
+            backend=resolve_backend(
+                settings.embed_backend,
+                role="embedding",
+                preset=settings.preset,
+                device=placement.device,
+            ),
             min_agreement=settings.embed_min_agreement,
+            openvino_cache=settings.openvino_cache,
         )
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
@@ -414,6 +498,9 @@ class SentenceTransformerEmbedder:
     def launch(self, batch: Any) -> Launched:
         """The forward pass, its vectors queued for the host (model thread)."""
         with self._runner.running():
+            if self._openvino is not None:
+                assert isinstance(batch, PaddedBatch), "a compiled model runs padded batches"
+                return Launched(torch.from_numpy(self._openvino(batch.features)), None)
             if isinstance(batch, PackedBatch):
                 hidden = packed_hidden(
                     self._encoder, batch, self._runner.device, self._runner.varlen
@@ -448,6 +535,49 @@ class SentenceTransformerEmbedder:
         for batch in _sorted_batches([len(i) for i in inputs], self._batch_size):
             vectors[batch] = self.forward(self.collate([inputs[i] for i in batch]))
         return vectors
+
+
+class _Embedding(torch.nn.Module):  # type: ignore[misc]  # untyped in torch
+    """A sentence-transformers model (encoder, pooling, any dense layers) and the
+    normalisation, as one forward over a padded batch's features: what OpenVINO traces."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        features = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            features["token_type_ids"] = token_type_ids
+        return F.normalize(self.model(features)["sentence_embedding"].float(), dim=-1)
+
+
+#: Items in each batch that static quantisation calibrates on.
+CALIBRATION_BATCH = 16
+
+
+def _calibration_batches(runner: _Runner, inputs: Sequence[ModelInput]) -> Calibration:
+    """`inputs` as length-sorted padded batches, in the arrays OpenVINO reads."""
+    batches = []
+    for rows in _sorted_batches([len(i) for i in inputs], CALIBRATION_BATCH):
+        batch = runner.collate([inputs[i] for i in rows], packed=False)
+        assert isinstance(batch, PaddedBatch)
+        batches.append({k: v.numpy() for k, v in batch.features.items()})
+    return batches
+
+
+def _example(runner: _Runner, inputs: Sequence[ModelInput]) -> dict[str, torch.Tensor]:
+    """A padded batch to trace with, of inputs of different lengths, so that the traced graph
+    takes the attention mask's padded path, which every batch shape then runs."""
+    assert len({len(i) for i in inputs}) > 1, "a traced batch needs padding"
+    batch = runner.collate(inputs, packed=False)
+    assert isinstance(batch, PaddedBatch)
+    return dict(batch.features)
 
 
 def _packable_pooling(modules: Sequence[Any]) -> str | None:
@@ -485,6 +615,7 @@ class CrossEncoderScorer:
         packed: str = "off",
         varlen: str = "auto",
         instruction: str | None = None,
+        openvino_cache: Path = OPENVINO_CACHE,
     ) -> None:
         from sentence_transformers import CrossEncoder
 
@@ -542,8 +673,56 @@ class CrossEncoderScorer:
         self._batch_size = batch_size
         #: How the int8 backend ranks against the float model; None on the torch backend.
         self.agreement: Agreement | None = None
+        #: The compiled model of an OpenVINO backend, and how it was made.
+        self._openvino: CompiledModel | None = None
+        self.conversion: Conversion | None = None
+        #: `torch`, or the recipe of the backend that runs the model.
+        self.backend = "torch"
         if backend == "int8":
             self._use_int8(min_agreement)
+        elif is_openvino(backend):
+            self._use_openvino(backend, min_agreement, openvino_cache)
+
+    def _use_openvino(self, backend: str, min_agreement: float, cache: Path) -> None:
+        """Swap in the compiled OpenVINO model, if its rankings agree with the torch model's."""
+        require_runtime("reranking", backend, self._runner.device)
+        self._runner.pad_only(backend)
+        self.packed = False
+        groups = calibration_groups()
+        reference = [self.score_pairs(group) for group in groups]
+
+        def batches() -> Calibration:
+            pairs = [pair for group in held_out_groups() for pair in group]
+            return _calibration_batches(self._runner, self.tokens.pairs(pairs))
+
+        query, passage = groups[0][0]
+        traceable(self._model)
+        self._openvino, self.conversion = compiled_model(
+            _Logits(self, self._model).eval(),
+            role="reranking",
+            model_id=self.model_id,
+            backend=backend,
+            example=_example(self._runner, self.tokens.pairs([(query, "a"), (query, passage)])),
+            calibration=batches,
+            cache=cache,
+            graph=f"cross-encoder:{self.family.name}",
+        )
+        self.agreement = rank_agreement(reference, [self.score_pairs(g) for g in groups])
+        require_floor(
+            self.agreement,
+            role="reranking",
+            model_id=self.model_id,
+            backend=backend,
+            floor=min_agreement,
+        )
+        self.backend = RECIPES[backend]
+        release(self._model)
+        log.info(
+            "reranker: %s backend in use (%s); against torch float32: %s",
+            backend,
+            self.conversion,
+            self.agreement,
+        )
 
     def _use_int8(self, min_agreement: float) -> None:
         """Swap in the int8 model, if its rankings agree with the float model's."""
@@ -564,6 +743,7 @@ class CrossEncoderScorer:
             floor=min_agreement,
             compare=compare,
         )
+        self.backend = INT8_RECIPE
         log.info("reranker: int8 backend in use; against float32: %s", self.agreement)
 
     @classmethod
@@ -575,11 +755,17 @@ class CrossEncoderScorer:
             placement=(placement := resolve_placement(settings.device, settings.dtype)),
             batch_size=batch_limits(placement, settings.rerank_batch_size)[0],
             max_length=settings.rerank_max_length,
-            backend=settings.rerank_backend,
+            backend=resolve_backend(
+                settings.rerank_backend,
+                role="reranking",
+                preset=settings.preset,
+                device=placement.device,
+            ),
             min_agreement=settings.rerank_min_agreement,
             packed=settings.packed,
             varlen=settings.varlen_attention,
             instruction=settings.rerank_instruction or None,
+            openvino_cache=settings.openvino_cache,
         )
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
@@ -635,20 +821,28 @@ class CrossEncoderScorer:
 
     def _launch(self, model: Any, batch: Batch) -> Launched:
         with self._runner.running():
+            if self._openvino is not None and model is self._model:
+                assert isinstance(batch, PaddedBatch), "a compiled model runs padded batches"
+                return Launched(torch.from_numpy(self._openvino(batch.features)), None)
             if isinstance(batch, PackedBatch):
                 base = model.base_model
                 hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
                 output = self._head(model, pooled_rows(hidden, batch, self.family.pooling))
-            elif self.family.pooling == "last":
-                output = self._head(model, self._last_padded_rows(model, batch))
             else:
-                output = model(**self._runner.features(batch)).logits
-            # Logits leave the model in float32 whatever dtype it runs in.
-            return self._runner.launched(output.float().view(-1))
+                output = self.padded_logits(model, self._runner.features(batch))
+            return self._runner.launched(output)
 
-    def _last_padded_rows(self, model: Any, batch: Batch) -> torch.Tensor:
+    def padded_logits(self, model: Any, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One float32 logit per row of a padded batch, by the family's own head."""
+        if self.family.pooling == "last":
+            output = self._head(model, self._last_padded_rows(model, features))
+        else:
+            output = model(**features).logits
+        # Logits leave the model in float32 whatever dtype it runs in.
+        return output.float().view(-1)
+
+    def _last_padded_rows(self, model: Any, features: dict[str, torch.Tensor]) -> torch.Tensor:
         """A decoder's last hidden row of each right-padded input: its last real token."""
-        features = self._runner.features(batch)
         states = model.base_model(**features, use_cache=False).last_hidden_state
         ends = features["attention_mask"].sum(dim=1) - 1
         last: torch.Tensor = states[torch.arange(states.shape[0], device=states.device), ends]
@@ -669,6 +863,26 @@ class CrossEncoderScorer:
             rows = model.base_model.pooler(rows[:, None, :])
             return model.classifier(rows)
         return model.classifier(rows[:, None, :])
+
+
+class _Logits(torch.nn.Module):  # type: ignore[misc]  # untyped in torch
+    """A cross-encoder's padded forward and head, one logit per row: what OpenVINO traces."""
+
+    def __init__(self, scorer: CrossEncoderScorer, model: Any) -> None:
+        super().__init__()
+        self.scorer = [scorer]  # in a list: not a submodule, so not part of the traced state
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        features = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            features["token_type_ids"] = token_type_ids
+        return self.scorer[0].padded_logits(self.model, features)
 
 
 def _model_limit(model: Any, tokenizer: Any) -> int:

@@ -118,9 +118,55 @@ def calibration_groups(queries: int = 8, documents: int = 12) -> list[list[Pair]
     with open_text(SAMPLE_DATASET / "queries.jsonl") as lines:
         texts = [str(json.loads(line)["text"]) for line in islice(lines, queries)]
     corpus = list(read_jsonl_documents(SAMPLE_DATASET / "corpus.jsonl"))
-    step = max(1, len(corpus) // documents)
+    step = max(GATE_STRIDE, len(corpus) // documents // GATE_STRIDE * GATE_STRIDE)
     passages = [f"{d.title} {d.text}".strip() for d in corpus[::step][:documents]]
     return [[(query, passage) for passage in passages] for query in texts]
+
+
+#: Every `GATE_STRIDE`-th passage of the sample, and its first `GATE_QUERIES` queries, are
+#: the agreement gate's (`calibration_texts`, `calibration_groups`); static quantisation
+#: calibrates on the rest (`held_out_texts`), so the gate measures texts it was not fit to.
+GATE_STRIDE = 5
+GATE_QUERIES = 8
+
+
+def _sample() -> tuple[list[str], list[str]]:
+    """(queries, passages) of the whole bundled sample."""
+    with open_text(SAMPLE_DATASET / "queries.jsonl") as lines:
+        queries = [str(json.loads(line)["text"]) for line in lines]
+    corpus = read_jsonl_documents(SAMPLE_DATASET / "corpus.jsonl")
+    return queries, [f"{d.title} {d.text}".strip() for d in corpus]
+
+
+def held_out_texts() -> tuple[list[str], list[str]]:
+    """(queries, passages) of the sample that no agreement gate reads: what static
+    quantisation calibrates on."""
+    queries, passages = _sample()
+    return queries[GATE_QUERIES:], [p for i, p in enumerate(passages) if i % GATE_STRIDE]
+
+
+def held_out_groups(documents: int = 12) -> list[list[Pair]]:
+    """Each held-out query against `documents` held-out passages, a different slice each, so
+    that the calibration pairs cover the whole multilingual sample."""
+    queries, passages = held_out_texts()
+    return [
+        [(query, passages[(n * documents + k) % len(passages)]) for k in range(documents)]
+        for n, query in enumerate(queries)
+    ]
+
+
+def require_floor(
+    agreement: Measured, *, role: str, model_id: str, backend: str, floor: float
+) -> None:
+    """A `ModelLoadError` naming the role's settings when `agreement` is below `floor`."""
+    prefix = ROLE_SETTINGS[role]
+    setting, threshold = env_name(f"{prefix}_backend"), env_name(f"{prefix}_min_agreement")
+    if agreement.level < floor:
+        raise ModelLoadError(
+            f"The {backend} {role} model {model_id!r} is too far from the float one "
+            f"({agreement}); {threshold} is {floor:g}. Set {setting}=torch, or lower "
+            f"{threshold} if that is acceptable."
+        )
 
 
 def rank_agreement(
@@ -280,16 +326,9 @@ def checked_int8(
     when `inplace` leaves no float model); a `ModelLoadError` naming the settings off the CPU,
     or when the agreement is below `floor`."""
     require_cpu(role, device)
-    prefix = ROLE_SETTINGS[role]
-    backend, threshold = env_name(f"{prefix}_backend"), env_name(f"{prefix}_min_agreement")
     quantized = quantize_int8(model, keep_float, inplace=inplace)
     agreement = compare(quantized)
-    if agreement.level < floor:
-        raise ModelLoadError(
-            f"The int8 {role} model {model_id!r} is too far from the float one ({agreement}); "
-            f"{threshold} is {floor:g}. Set {backend}=torch, or lower {threshold} if that is "
-            f"acceptable."
-        )
+    require_floor(agreement, role=role, model_id=model_id, backend="int8", floor=floor)
     return quantized, agreement
 
 

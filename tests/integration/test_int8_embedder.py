@@ -164,7 +164,11 @@ def test_calibration_texts_span_the_sample():
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("RAGRANK_EMBED_BACKEND", "onnx", "RAGRANK_EMBED_BACKEND must be one of torch, int8"),
+        (
+            "RAGRANK_EMBED_BACKEND",
+            "onnx",
+            "RAGRANK_EMBED_BACKEND must be one of auto, torch, int8, openvino, openvino-int8",
+        ),
         ("RAGRANK_EMBED_MIN_AGREEMENT", "2", "must be between -1 and 1"),
     ],
 )

@@ -86,7 +86,11 @@ def test_int8_backend_is_cpu_only(scorer: CrossEncoderScorer, monkeypatch: pytes
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("RAGRANK_RERANK_BACKEND", "onnx", "RAGRANK_RERANK_BACKEND must be one of torch, int8"),
+        (
+            "RAGRANK_RERANK_BACKEND",
+            "onnx",
+            "RAGRANK_RERANK_BACKEND must be one of auto, torch, int8, openvino, openvino-int8",
+        ),
         (
             "RAGRANK_BATCHING",
             "fifo",

@@ -110,3 +110,20 @@ def test_ragrank_eval_with_two_builds_installed_stops_before_loading_a_model(
     monkeypatch.setattr(metadata, "version", lambda name: "1.15.1")
     assert main(["eval", "--dataset", str(tmp_path), "--embed-model", "no/such-model"]) == 2
     assert "share the faiss module" in capsys.readouterr().err
+
+
+def test_the_cpu_image_and_make_setup_bring_what_the_cpu_default_backends_need():
+    """What `auto` picks on a CPU with the `small` preset must be installed where that runs:
+    the CPU image and `make setup`; the image's model loads are checked in
+    test_openvino.py::test_the_small_preset_runs_its_cpu_backends_here."""
+    from ragrank.backends.openvino import DISTRIBUTIONS
+    from ragrank.settings import PRESET_CPU_BACKENDS
+
+    needed = {name for backend in PRESET_CPU_BACKENDS["small"] for name in DISTRIBUTIONS[backend]}
+    assert needed, "the small preset's CPU default needs OpenVINO"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    targets = dict(re.findall(r'(\w+)\) target="\.(?:\[([a-z,-]+)\])?"', dockerfile))
+    assert needed <= packages_of(set(filter(None, targets["cpu"].split(","))))
+    assert needed <= packages_of(setup_extras("false"))
+    pins = (ROOT / "constraints.txt").read_text()
+    assert all(re.search(rf"^{name}==", pins, re.MULTILINE) for name in needed)
