@@ -51,6 +51,7 @@ LABEL org.opencontainers.image.title="ragrank" \
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HF_HOME=/models \
+    RAGRANK_OPENVINO_CACHE=/models/openvino \
     RAGRANK_HOST=0.0.0.0 \
     RAGRANK_JOBS_PATH=/data/jobs.sqlite3 \
     RAGRANK_QDRANT_PATH=/data/qdrant
