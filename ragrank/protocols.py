@@ -30,7 +30,7 @@ class Embedder(Protocol):
     max_length: int
     query_prefix: str
     passage_prefix: str
-    #: How the model runs: `torch`, or the int8 recipe on the CPU (its vectors differ slightly).
+    #: How the model runs: `torch`, or a CPU backend's recipe (its vectors differ slightly).
     backend: str
     #: Whether batches are packed without padding (the token budget then counts real tokens).
     packed: bool

@@ -41,10 +41,11 @@ Packed = Literal["auto", "on", "off"]
 #: The OpenVINO backends of the CPU (`ragrank/backends/openvino.py`): float32, and NNCF's
 #: static int8.
 OpenVinoBackend = Literal["openvino", "openvino-int8"]
-#: How a model runs: as loaded, with int8 linear layers on the CPU
-#: (`ragrank/backends/quantization.py`), or compiled by OpenVINO; `auto` picks by preset and
-#: device (`PRESET_CPU_BACKENDS`).
-Backend = Literal["auto", "torch", "int8", OpenVinoBackend]
+#: How a model runs: as loaded, or compiled by OpenVINO; `auto` picks by preset and device
+#: (`PRESET_CPU_BACKENDS`).
+Backend = Literal["auto", "torch", OpenVinoBackend]
+#: Backends that were removed, and what replaces each.
+REMOVED_BACKENDS = {"int8": "openvino-int8"}
 #: Where OpenVINO conversions are kept between starts.
 OPENVINO_CACHE = Path("~/.cache/ragrank/openvino")
 Switch = Literal["on", "off"]
@@ -349,10 +350,9 @@ class Settings:
     rerank_backend: Backend = option(
         "auto",
         "`torch` runs the reranker as loaded; `openvino` compiles it with OpenVINO for the CPU "
-        "(float32, same scores); `openvino-int8` also quantises it with NNCF; `int8` is "
-        "ragrank's own dynamic int8. Every backend but `torch` runs on the CPU only and is "
-        "checked against torch at start-up. `auto`: `openvino` on a CPU with the `small` "
-        "preset, else `torch` (see [performance](performance.md#cpu-backends))",
+        "(float32, same scores); `openvino-int8` also quantises it with NNCF. Both run on the "
+        "CPU only and are checked against torch at start-up. `auto`: `openvino` on a CPU "
+        "with the `small` preset, else `torch` (see [performance](performance.md#cpu-backends))",
     )
     rerank_min_agreement: float = option(
         0.9,
@@ -364,11 +364,10 @@ class Settings:
     embed_backend: Backend = option(
         "auto",
         "`torch` runs the embedder as loaded; `openvino` compiles it with OpenVINO for the CPU "
-        "(float32, same vectors); `openvino-int8` also quantises it with NNCF; `int8` is "
-        "ragrank's own dynamic int8. Every backend but `torch` runs on the CPU only, is checked "
-        "against torch at start-up, and is part of each document's stamp, so a change "
-        "re-embeds. `auto`: `openvino-int8` on a CPU with the `small` preset, else `torch` "
-        "(see [performance](performance.md#cpu-backends))",
+        "(float32, same vectors); `openvino-int8` also quantises it with NNCF. Both run on the "
+        "CPU only, are checked against torch at start-up, and are part of each document's "
+        "stamp, so a change re-embeds. `auto`: `openvino-int8` on a CPU with the `small` "
+        "preset, else `torch` (see [performance](performance.md#cpu-backends))",
     )
     embed_min_agreement: float = option(
         0.99,
@@ -600,6 +599,12 @@ class Settings:
         hints = _hints()
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name.endswith("_backend") and value in REMOVED_BACKENDS:
+                raise SettingsError(
+                    f"{env_name(f.name)}={value}, ragrank's own int8 recipe, was removed: "
+                    f"{REMOVED_BACKENDS[value]} is faster and closer to float32 (see "
+                    f"docs/decisions.md); set {env_name(f.name)}={REMOVED_BACKENDS[value]}"
+                )
             allowed = choices_of(hints[f.name])
             if allowed and value is not None and value not in allowed:
                 raise SettingsError(f"{env_name(f.name)} must be one of {', '.join(allowed)}")

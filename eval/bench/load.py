@@ -5,9 +5,9 @@ One run on one machine measures, on the same (query, document) pairs:
 * ``ceiling``: the cross-encoder in this process, no HTTP, all pairs sorted by length, at the
   best of `--batch-sizes` (found on a sample, then timed on every pair); per backend.
 * ``ragrank``: `ragrank serve` under `--clients` concurrent clients, each sending its requests
-  one after another (`--documents` per request); ``ragrank-int8``, ``ragrank-openvino`` and
+  one after another (`--documents` per request); ``ragrank-openvino`` and
   ``ragrank-openvino-int8`` the same on that CPU backend, each with its own ceiling
-  (``ceiling-int8``, ...).
+  (``ceiling-openvino``, ``ceiling-openvino-int8``).
 * ``window``: the same server with the window policy (everything waiting sorted across
   requests, answered when the window ends), the previous default.
 * ``arrival``: the same server batching windows in arrival order (no length sort).
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 #: What the server must reach on a 2-core CPU: (numerator, denominator, least ratio).
 TARGETS = (
     ("ragrank", "ceiling", 0.9),
-    ("ragrank-int8", "ceiling-int8", 0.9),
     ("ragrank-openvino", "ceiling-openvino", 0.9),
     ("ragrank-openvino-int8", "ceiling-openvino-int8", 0.9),
     ("best ceiling", "ceiling", 2.0),
@@ -74,7 +73,6 @@ TARGETS = (
 
 #: The server runs on a CPU backend other than torch, and the backend each runs.
 BACKEND_RUNS = {
-    "ragrank-int8": "int8",
     "ragrank-openvino": "openvino",
     "ragrank-openvino-int8": "openvino-int8",
 }

@@ -13,7 +13,6 @@ from ragrank.options import option
 RUNS = (
     "ceiling",
     "ragrank",
-    "ragrank-int8",
     "ragrank-openvino",
     "ragrank-openvino-int8",
     "window",

@@ -22,6 +22,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from ragrank.backends.agreement import (
+    Agreement,
+    VectorAgreement,
+    calibration_groups,
+    calibration_texts,
+    held_out_groups,
+    held_out_texts,
+    rank_agreement,
+    require_floor,
+    vector_agreement,
+)
 from ragrank.backends.families import (
     SHORT_CONTEXT_TOKENS,
     pair_prompt,
@@ -56,22 +67,6 @@ from ragrank.backends.packing import (
     register_attention,
     resolve_varlen_backend,
     segment_mean,
-)
-from ragrank.backends.quantization import (
-    INT8_RECIPE,
-    Agreement,
-    VectorAgreement,
-    calibration_groups,
-    calibration_texts,
-    checked_agreement,
-    checked_int8,
-    held_out_groups,
-    held_out_texts,
-    outlier_layers,
-    rank_agreement,
-    require_cpu,
-    require_floor,
-    vector_agreement,
 )
 from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
@@ -339,18 +334,14 @@ class SentenceTransformerEmbedder:
             can_pack=self._pooling is not None,
         )
         self.packed = self._runner.packed
-        #: `torch`, or the int8 recipe: part of the vectors' stamp and the eval's cache key.
+        #: `torch`, or the backend's recipe: part of the vectors' stamp and the eval's cache key.
         self.backend = "torch"
-        #: How the int8 backend's vectors match the float model's; None on the torch backend.
+        #: How the backend's vectors match torch's float32 ones; None on the torch backend.
         self.agreement: VectorAgreement | None = None
-        #: The linear layers the int8 backend keeps in float (`outlier_layers`).
-        self.float_layers: list[str] = []
         #: The compiled model of an OpenVINO backend, and how it was made.
         self._openvino: CompiledModel | None = None
         self.conversion: Conversion | None = None
-        if backend == "int8":
-            self._use_int8(min_agreement)
-        elif is_openvino(backend):
+        if is_openvino(backend):
             self._use_openvino(backend, min_agreement, openvino_cache)
 
     def _use_openvino(self, backend: str, min_agreement: float, cache: Path) -> None:
@@ -400,52 +391,6 @@ class SentenceTransformerEmbedder:
             self.conversion,
             self.agreement,
         )
-
-    def _use_int8(self, min_agreement: float) -> None:
-        """Swap in the int8 encoder, if its vectors match the float encoder's."""
-        require_cpu("embedding", self._runner.device)
-        float_encoder = self._encoder
-        queries, passages = calibration_texts()
-        reference: list[tuple[Vectors, Vectors]] = []
-
-        def both(encoder: torch.nn.Module) -> tuple[Vectors, Vectors]:
-            self._set_encoder(encoder)
-            return self.embed_queries(queries), self.embed_passages(passages)
-
-        def compare(quantized: torch.nn.Module) -> VectorAgreement:
-            try:
-                return vector_agreement(reference[0], both(quantized))
-            finally:
-                self._set_encoder(float_encoder)
-
-        # The float pass that finds the outlier layers gives the reference vectors too.
-        self.float_layers = outlier_layers(
-            float_encoder, lambda: reference.append(both(float_encoder))
-        )
-        quantized, self.agreement = checked_int8(
-            float_encoder,
-            role="embedding",
-            model_id=self.model_id,
-            device=self._runner.device,
-            floor=min_agreement,
-            compare=compare,
-            keep_float=self.float_layers,
-            # The reference vectors are made: no float copy of the model (and of its word
-            # embeddings, most of an e5 model's memory) is needed beside the int8 one.
-            inplace=True,
-        )
-        self._set_encoder(quantized)
-        self.backend = INT8_RECIPE
-        log.info(
-            "embedder: int8 backend in use, %s kept in float; against float32: %s",
-            ", ".join(self.float_layers) or "no layer",
-            self.agreement,
-        )
-
-    def _set_encoder(self, encoder: torch.nn.Module) -> None:
-        """Run `encoder` in both paths: the packed one and sentence-transformers' padded one."""
-        self._encoder = encoder
-        next(iter(self._model)).model = encoder  # what its `auto_model` reads
 
     @classmethod
     def from_settings(
@@ -671,16 +616,14 @@ class CrossEncoderScorer:
         )
         self.packed = self._runner.packed
         self._batch_size = batch_size
-        #: How the int8 backend ranks against the float model; None on the torch backend.
+        #: How the backend ranks against torch's float32 model; None on the torch backend.
         self.agreement: Agreement | None = None
         #: The compiled model of an OpenVINO backend, and how it was made.
         self._openvino: CompiledModel | None = None
         self.conversion: Conversion | None = None
         #: `torch`, or the recipe of the backend that runs the model.
         self.backend = "torch"
-        if backend == "int8":
-            self._use_int8(min_agreement)
-        elif is_openvino(backend):
+        if is_openvino(backend):
             self._use_openvino(backend, min_agreement, openvino_cache)
 
     def _use_openvino(self, backend: str, min_agreement: float, cache: Path) -> None:
@@ -723,28 +666,6 @@ class CrossEncoderScorer:
             self.conversion,
             self.agreement,
         )
-
-    def _use_int8(self, min_agreement: float) -> None:
-        """Swap in the int8 model, if its rankings agree with the float model's."""
-        float_model = self._model
-
-        def compare(quantized: torch.nn.Module) -> Agreement:
-            return checked_agreement(
-                calibration_groups(),
-                lambda pairs: self._run(float_model, self.collate(self.tokens.pairs(pairs))),
-                lambda pairs: self._run(quantized, self.collate(self.tokens.pairs(pairs))),
-            )
-
-        self._model, self.agreement = checked_int8(
-            float_model,
-            role="reranking",
-            model_id=self.model_id,
-            device=self._runner.device,
-            floor=min_agreement,
-            compare=compare,
-        )
-        self.backend = INT8_RECIPE
-        log.info("reranker: int8 backend in use; against float32: %s", self.agreement)
 
     @classmethod
     def from_settings(cls, settings: Settings, model_id: str | None = None) -> CrossEncoderScorer:

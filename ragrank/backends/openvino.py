@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import numpy as np
 import torch
 
+from ragrank.backends.agreement import ROLE_SETTINGS
 from ragrank.errors import ModelLoadError
 from ragrank.settings import PRESET_CPU_BACKENDS, OpenVinoBackend, env_name
 
@@ -55,13 +56,9 @@ RECIPES: dict[str, str] = {
 #: The distributions each backend imports (the `openvino` extra).
 DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "torch": (),
-    "int8": (),
     "openvino": ("openvino",),
     "openvino-int8": ("openvino", "nncf"),
 }
-
-#: The settings prefix of each role's backend setting.
-ROLE_SETTINGS = {"embedding": "embed", "reranking": "rerank"}
 
 #: Bump when what is traced changes (the wrappers below, the inputs it takes).
 GRAPH_FORMAT = 2

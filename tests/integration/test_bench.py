@@ -57,7 +57,7 @@ def test_ratios_compare_measured_throughputs():
     results = {
         "ceiling": RunResult("ceiling", 100, 10.0),
         "ragrank": RunResult("ragrank", 90, 10.0),
-        "ragrank-int8": RunResult("ragrank-int8", 120, 10.0),
+        "ragrank-openvino": RunResult("ragrank-openvino", 120, 10.0),
         "infinity": RunResult("infinity", 80, 10.0),
     }
     assert throughput_ratio(results, "ragrank", "ceiling") == pytest.approx(0.9)

@@ -99,10 +99,17 @@ def test_the_report_markdown_has_the_section():
     earlier = report("a", {"cosine": BEFORE})
     full = {
         "created": "now",
-        "config": {"embed_model": "m", "embed_backend": "int8", "split": "test"},
+        "config": {
+            "embed_model": "m",
+            "embed_backend": "openvino-int8:nncf-static-transformer/1",
+            "split": "test",
+        },
         "datasets": [],
         "macro": {},
         "against": against(earlier, earlier, "old"),
     }
     text = markdown(full, [])
-    assert "## Against the earlier report `old`" in text and "(int8)" in text
+    assert (
+        "## Against the earlier report `old`" in text
+        and "(openvino-int8:nncf-static-transformer/1)" in text
+    )
