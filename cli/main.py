@@ -249,9 +249,10 @@ def _models(args: argparse.Namespace) -> int:
     for status in statuses:
         if status.loads:
             shape = f"dimension {status.dimension}, " if status.dimension else ""
+            backend = f"; {status.backend}" if status.backend != "torch" else ""
             print(
                 f"ok    {status.role}: {status.model_id} ({status.setting}) from "
-                f"{status.source}; {shape}max length {status.max_length}"
+                f"{status.source}; {shape}max length {status.max_length}{backend}"
             )
         else:
             print(f"FAIL  {status.role}: {status.model_id} ({status.setting}): {status.error}")

@@ -37,6 +37,9 @@ class ModelStatus:
     loads: bool
     dimension: int | None = None
     max_length: int | None = None
+    #: `torch`, or the CPU backend's recipe and how its model was made (converted, or read
+    #: from the cache).
+    backend: str = "torch"
     error: str = ""
 
 
@@ -84,16 +87,26 @@ def check(settings: Settings) -> list[ModelStatus]:
             "source": source(model_id),
         }
         try:
+            model: SentenceTransformerEmbedder | CrossEncoderScorer
             if role == "embedding":
-                embedder = SentenceTransformerEmbedder.from_settings(settings, model_id)
-                dimension, max_length = embedder.dimension, embedder.max_length
+                model = SentenceTransformerEmbedder.from_settings(settings, model_id)
+                dimension: int | None = model.dimension
             else:
-                scorer = CrossEncoderScorer.from_settings(settings, model_id)
-                dimension, max_length = None, scorer.max_length
+                model = CrossEncoderScorer.from_settings(settings, model_id)
+                dimension = None
         except ModelLoadError as exc:
             statuses.append(ModelStatus(**common, loads=False, error=str(exc)))
             continue
+        backend = model.backend
+        if model.conversion is not None:
+            backend += f" ({model.conversion})"
         statuses.append(
-            ModelStatus(**common, loads=True, dimension=dimension, max_length=max_length)
+            ModelStatus(
+                **common,
+                loads=True,
+                dimension=dimension,
+                max_length=model.max_length,
+                backend=backend,
+            )
         )
     return statuses

@@ -13,6 +13,7 @@ import pytest
 import ragrank.backends.models
 from eval.random_models import save_spread_reranker, save_tiny_family
 from indexing import Indexer
+from ragrank import model_files
 from ragrank.backends.agreement import Agreement
 from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.backends.openvino import (
@@ -298,3 +299,23 @@ def test_the_small_preset_runs_its_cpu_backends_here(
     assert (embedder.backend, scorer.backend) == (RECIPES[embed], RECIPES[rerank])
     assert embedder.embed_queries(TEXTS[:3]).shape == (3, embedder.dimension)
     assert np.isfinite(scorer.score("which word?", TEXTS[:3])).all()
+
+
+def test_models_check_converts_ahead_and_says_how(
+    tiny_embedder_path: Path, tiny_reranker_path: Path, cache: Path
+):
+    """`ragrank models check` loads each model as the server does, so it is how a machine
+    converts before its first request; it says which backend and how the model was made."""
+    settings = Settings(
+        embed_model=str(tiny_embedder_path),
+        rerank_model=str(tiny_reranker_path),
+        device="cpu",
+        embed_backend="openvino",
+        rerank_backend="openvino",
+        openvino_cache=cache,
+    )
+    statuses = model_files.check(settings)
+    assert [s.loads for s in statuses] == [True, True]
+    for status in statuses:
+        assert status.backend.startswith(RECIPES["openvino"])
+        assert "compiled in" in status.backend
