@@ -78,7 +78,7 @@ PRESETS: dict[Preset, tuple[str, str]] = {
 #: (embedder, reranker) backends that `auto` picks on a CPU for a preset's models; `torch`
 #: everywhere else. Chosen by measurement: docs/performance.md#cpu-backends.
 PRESET_CPU_BACKENDS: dict[Preset, tuple[Backend, Backend]] = {
-    "small": ("openvino-int8", "openvino"),
+    "small": ("openvino", "openvino"),
 }
 
 
@@ -366,8 +366,8 @@ class Settings:
         "`torch` runs the embedder as loaded; `openvino` compiles it with OpenVINO for the CPU "
         "(float32, same vectors); `openvino-int8` also quantises it with NNCF. Both run on the "
         "CPU only, are checked against torch at start-up, and are part of each document's "
-        "stamp, so a change re-embeds. `auto`: `openvino-int8` on a CPU with the `small` "
-        "preset, else `torch` (see [performance](performance.md#cpu-backends))",
+        "stamp, so a change re-embeds. `auto`: `openvino` on a CPU with the `small` preset, "
+        "else `torch` (see [performance](performance.md#cpu-backends))",
     )
     embed_min_agreement: float = option(
         0.99,
