@@ -361,7 +361,7 @@ class SentenceTransformerEmbedder:
         modules = ",".join(type(m).__name__ for m in self._model)
         traceable(self._encoder)
         self._openvino, self.conversion = compiled_model(
-            _Embedding(self._model).eval(),
+            _Traced(self._model, _embedding).eval(),
             role="embedding",
             model_id=self.model_id,
             backend=backend,
@@ -482,13 +482,16 @@ class SentenceTransformerEmbedder:
         return vectors
 
 
-class _Embedding(torch.nn.Module):  # type: ignore[misc]  # untyped in torch
-    """A sentence-transformers model (encoder, pooling, any dense layers) and the
-    normalisation, as one forward over a padded batch's features: what OpenVINO traces."""
+class _Traced(torch.nn.Module):  # type: ignore[misc]  # untyped in torch
+    """A model and what a role computes with it from a padded batch's features, as one
+    forward: what OpenVINO traces, so its graph returns what the torch path returns."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(
+        self, model: Any, compute: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]
+    ) -> None:
         super().__init__()
         self.model = model
+        self.compute = [compute]  # in a list: a plain callable, never a submodule
 
     def forward(
         self,
@@ -499,7 +502,13 @@ class _Embedding(torch.nn.Module):  # type: ignore[misc]  # untyped in torch
         features = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             features["token_type_ids"] = token_type_ids
-        return F.normalize(self.model(features)["sentence_embedding"].float(), dim=-1)
+        return self.compute[0](self.model, features)
+
+
+def _embedding(model: Any, features: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A sentence-transformers model's normalised sentence embeddings (encoder, pooling, any
+    dense layers)."""
+    return F.normalize(model(features)["sentence_embedding"].float(), dim=-1)
 
 
 #: Items in each batch that static quantisation calibrates on.
@@ -641,7 +650,7 @@ class CrossEncoderScorer:
         query, passage = groups[0][0]
         traceable(self._model)
         self._openvino, self.conversion = compiled_model(
-            _Logits(self, self._model).eval(),
+            _Traced(self._model, self.padded_logits).eval(),
             role="reranking",
             model_id=self.model_id,
             backend=backend,
@@ -784,26 +793,6 @@ class CrossEncoderScorer:
             rows = model.base_model.pooler(rows[:, None, :])
             return model.classifier(rows)
         return model.classifier(rows[:, None, :])
-
-
-class _Logits(torch.nn.Module):  # type: ignore[misc]  # untyped in torch
-    """A cross-encoder's padded forward and head, one logit per row: what OpenVINO traces."""
-
-    def __init__(self, scorer: CrossEncoderScorer, model: Any) -> None:
-        super().__init__()
-        self.scorer = [scorer]  # in a list: not a submodule, so not part of the traced state
-        self.model = model
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        features = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            features["token_type_ids"] = token_type_ids
-        return self.scorer[0].padded_logits(self.model, features)
 
 
 def _model_limit(model: Any, tokenizer: Any) -> int:

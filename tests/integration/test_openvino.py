@@ -44,28 +44,21 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("openvino")
 
 
-def embedder_on(path: Path, backend: str, cache: Path, **settings: object):
-    return SentenceTransformerEmbedder.from_settings(
-        Settings(
-            embed_model=str(path),
-            device="cpu",
-            embed_backend=backend,  # type: ignore[arg-type]
-            openvino_cache=cache,
-            **settings,  # type: ignore[arg-type]
-        )
+def loaded(kind, path: Path, backend: str, cache: Path, **settings: object):
+    """`kind` (the embedder or the scorer class) on `backend`, by its own settings."""
+    role = "embed" if kind is SentenceTransformerEmbedder else "rerank"
+    chosen = {f"{role}_model": str(path), f"{role}_backend": backend}
+    return kind.from_settings(
+        Settings(device="cpu", openvino_cache=cache, **chosen, **settings)  # type: ignore[arg-type]
     )
+
+
+def embedder_on(path: Path, backend: str, cache: Path, **settings: object):
+    return loaded(SentenceTransformerEmbedder, path, backend, cache, **settings)
 
 
 def scorer_on(path: Path, backend: str, cache: Path, **settings: object) -> CrossEncoderScorer:
-    return CrossEncoderScorer.from_settings(
-        Settings(
-            rerank_model=str(path),
-            device="cpu",
-            rerank_backend=backend,  # type: ignore[arg-type]
-            openvino_cache=cache,
-            **settings,  # type: ignore[arg-type]
-        )
-    )
+    return loaded(CrossEncoderScorer, path, backend, cache, **settings)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
