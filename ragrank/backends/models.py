@@ -757,7 +757,9 @@ class CrossEncoderScorer:
             if isinstance(batch, PackedBatch):
                 base = model.base_model
                 hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
-                output = self._head(model, pooled_rows(hidden, batch, self.family.pooling))
+                rows = pooled_rows(hidden, batch, self.family.pooling)
+                # Logits leave the model in float32 whatever dtype it runs in.
+                output = self._head(model, rows).float().view(-1)
             else:
                 output = self.padded_logits(model, self._runner.features(batch))
             return self._runner.launched(output)
