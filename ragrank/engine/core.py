@@ -114,6 +114,8 @@ class BatchStats:
     stages: Mapping[str, float] = field(default_factory=dict)
     #: Requests this batch finished.
     finished: int = 0
+    #: Bulk work (indexing) rather than interactive (requests).
+    bulk: bool = False
 
 
 @dataclass(eq=False)
@@ -178,7 +180,11 @@ class BatchEngine(Generic[Item, Collated, Output]):
     fetch: Callable[[Any], Sequence[Output]] | None = None
 
     def __post_init__(self) -> None:
+        # Two classes of work: interactive (requests) and bulk (indexing). A bulk batch starts
+        # only when no interactive work waits and the device is idle, so interactive work
+        # waits at most for the batch already running.
         self._queue: deque[_Work[Item]] = deque()
+        self._bulk: deque[_Work[Item]] = deque()
         self._wakeup = asyncio.Event()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}")
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix=f"ragrank-{self.name}-fetch")
@@ -204,7 +210,8 @@ class BatchEngine(Generic[Item, Collated, Output]):
 
     @property
     def queue_depth(self) -> int:
-        return len(self._queue)
+        """Items waiting, of both classes."""
+        return len(self._queue) + len(self._bulk)
 
     def start(self) -> None:
         self._consumer = asyncio.get_running_loop().create_task(self._consume())
@@ -241,16 +248,17 @@ class BatchEngine(Generic[Item, Collated, Output]):
         return await asyncio.get_running_loop().run_in_executor(self._host, timed)
 
     async def submit(
-        self, items: Sequence[Item], *, timeout_s: float | None = None
+        self, items: Sequence[Item], *, timeout_s: float | None = None, bulk: bool = False
     ) -> list[Output]:
         """Queue `items` (each sized by its tokens), wait for all their outputs, return them in
         order. `timeout_s` (default: the engine's) bounds the wait, and on expiry the items still
-        queued are dropped."""
+        queued are dropped. `bulk` work (indexing) runs only while no interactive work waits."""
         timeout = self.limits.timeout_s if timeout_s is None else timeout_s
         self._check_accepting()
         if not items:
             return []
-        self._check_room(len(items))
+        queue = self._bulk if bulk else self._queue
+        self._check_room(len(items), queue)
         loop = asyncio.get_running_loop()
         request = _Request(
             future=loop.create_future(), outputs=[None] * len(items), remaining=len(items)
@@ -258,7 +266,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
         self._pending.add(request)
         request.future.add_done_callback(lambda _: self._pending.discard(request))
         now = time.perf_counter()
-        self._queue.extend(
+        queue.extend(
             _Work(request, index, item, self.length(item), now) for index, item in enumerate(items)
         )
         self._wakeup.set()
@@ -275,10 +283,10 @@ class BatchEngine(Generic[Item, Collated, Output]):
             raise
         return outputs
 
-    def _check_room(self, count: int) -> None:
-        if len(self._queue) + count > self.limits.max_queue_items:
+    def _check_room(self, count: int, queue: deque[_Work[Item]]) -> None:
+        if len(queue) + count > self.limits.max_queue_items:
             raise QueueFullError(
-                f"the {self.name} queue is full ({len(self._queue)} of "
+                f"the {self.name} queue is full ({len(queue)} of "
                 f"{self.limits.max_queue_items} items waiting); retry shortly"
             )
 
@@ -313,7 +321,15 @@ class BatchEngine(Generic[Item, Collated, Output]):
                         in_flight.add(task)
                         task.add_done_callback(answered)
                     continue
-                if self._stopping and not in_flight and not self._queue and not formed:
+                if self._bulk and not in_flight:
+                    batch = self._take_continuous(self._bulk)
+                    if batch:
+                        task = asyncio.ensure_future(self._collate_and_run(batch, bulk=True))
+                        in_flight.add(task)
+                        task.add_done_callback(answered)
+                    continue
+                idle = not in_flight and not self._queue and not self._bulk and not formed
+                if self._stopping and idle:
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -333,7 +349,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
     def _next_batch(self, formed: deque[list[_Work[Item]]]) -> list[_Work[Item]]:
         """The next batch to start, by the policy; empty when all of it was abandoned."""
         if self.limits.policy == "continuous":
-            return self._take_continuous()
+            return self._take_continuous(self._queue)
         if not formed:
             window = self._take_window()
             formed.extend(
@@ -344,17 +360,18 @@ class BatchEngine(Generic[Item, Collated, Output]):
             return []
         return [work for work in formed.popleft() if not work.request.abandoned]
 
-    def _take_continuous(self) -> list[_Work[Item]]:
-        """The oldest live items that `next_batch` picks; the rest stay queued, in order."""
+    def _take_continuous(self, queue: deque[_Work[Item]]) -> list[_Work[Item]]:
+        """The oldest live items of `queue` that `next_batch` picks; the rest stay queued, in
+        order."""
         look = lookahead(self.limits)
         pool: list[_Work[Item]] = []
-        while self._queue and len(pool) < look:
-            work = self._queue.popleft()
+        while queue and len(pool) < look:
+            work = queue.popleft()
             if not work.request.abandoned:
                 pool.append(work)
         chosen = next_batch([w.length for w in pool], self.limits)
         picked = set(chosen)
-        self._queue.extendleft(reversed([w for i, w in enumerate(pool) if i not in picked]))
+        queue.extendleft(reversed([w for i, w in enumerate(pool) if i not in picked]))
         return [pool[i] for i in chosen]
 
     def _take_window(self) -> list[_Work[Item]]:
@@ -371,7 +388,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
                 window.append(work)
         return window
 
-    async def _collate_and_run(self, batch: list[_Work[Item]]) -> None:
+    async def _collate_and_run(self, batch: list[_Work[Item]], *, bulk: bool = False) -> None:
         """Collate on the engine's own thread, queue the forward pass on the model's thread
         (behind the one running, if any), read its outputs back, then hand each output to its
         request."""
@@ -393,7 +410,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
                 return
             outputs, ended, d2h_s = await self._read_back(ran)
         except BatchTooLargeError:
-            await self._split(batch)
+            await self._split(batch, bulk=bulk)
             return
         except ModelFailedError:
             raise  # the consumer dies; `_consumer_exited` fails everything pending
@@ -411,7 +428,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
             "d2h": d2h_s,
             "answer": time.perf_counter() - answering,
         }
-        self._report(batch, ended - ran.started, stages, finished)
+        self._report(batch, ended - ran.started, stages, finished, bulk=bulk)
 
     async def _read_back(self, ran: _DeviceRun) -> tuple[Sequence[Output], float, float]:
         """The outputs on the host, when the pass ended, and the seconds the copy took."""
@@ -427,7 +444,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
 
         return await asyncio.get_running_loop().run_in_executor(self._fetcher, timed)
 
-    async def _split(self, batch: list[_Work[Item]]) -> None:
+    async def _split(self, batch: list[_Work[Item]], *, bulk: bool) -> None:
         """Out of device memory: halve the batch and retry; an item alone that does not fit
         fails its request."""
         if len(batch) == 1:
@@ -439,8 +456,8 @@ class BatchEngine(Generic[Item, Collated, Output]):
             return
         middle = len(batch) // 2
         log.warning("%s: out of memory on %d items; splitting", self.name, len(batch))
-        await self._collate_and_run(batch[:middle])
-        await self._collate_and_run(batch[middle:])
+        await self._collate_and_run(batch[:middle], bulk=bulk)
+        await self._collate_and_run(batch[middle:], bulk=bulk)
 
     def _answer(self, batch: list[_Work[Item]], outputs: Sequence[Output]) -> int:
         """Hand each output to its request; resolve the requests now complete."""
@@ -480,7 +497,13 @@ class BatchEngine(Generic[Item, Collated, Output]):
             work.request.fail(ModelError(f"the {self.name} model failed on this request"))
 
     def _report(
-        self, batch: list[_Work[Item]], seconds: float, stages: dict[str, float], finished: int
+        self,
+        batch: list[_Work[Item]],
+        seconds: float,
+        stages: dict[str, float],
+        finished: int,
+        *,
+        bulk: bool,
     ) -> None:
         for stage, spent in stages.items():
             self.totals.add(stage, spent)
@@ -498,6 +521,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
             seconds=seconds,
             stages=stages,
             finished=finished,
+            bulk=bulk,
         )
         for hook in self.on_batch:
             hook(stats)
@@ -515,6 +539,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
             request.fail(error)
         self._pending.clear()
         self._queue.clear()
+        self._bulk.clear()
 
 
 def scoring_engine(

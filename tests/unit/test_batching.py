@@ -550,3 +550,33 @@ def test_device_turns_hand_over_in_the_order_they_were_asked_for():
     for thread in threads:
         thread.join(5)
     assert order == [1, 2, 3]
+
+
+async def test_interactive_work_waits_at_most_for_the_bulk_batch_already_running():
+    """Bulk work (indexing) starts a batch only while the device is idle and no request waits:
+    a request that arrives behind a queue of bulk work runs right after the one bulk batch on
+    the device, and the bulk queue goes on after it."""
+    model = Pipeline()
+    engine = _pipeline(model)
+    bulk = asyncio.ensure_future(engine.submit([1, 2, 3, 4, 5, 6], bulk=True))
+    await _until(model.running.is_set)
+    # One bulk batch on the device and none collated behind it, though four items wait.
+    assert len(model.collated) == 1 and engine.queue_depth == 4
+    request = asyncio.ensure_future(engine.submit([9]))
+    await _until(lambda: len(model.collated) == 2)
+    assert model.collated[1][0] == [9], "the request is prepared behind the running batch"
+    model.gate.set()
+    assert await request == [90]
+    assert await bulk == [10, 20, 30, 40, 50, 60]
+    order = [batch for batch in model.ran]
+    assert order[1] == [9], "the request ran second, before the rest of the bulk work"
+    await engine.stop()
+
+
+async def test_bulk_batches_are_reported_as_bulk():
+    model = Model()
+    engine, stats = _engine(model, max_batch_size=2)
+    await engine.submit([3, 4], bulk=True)
+    await engine.submit([5])
+    assert [s.bulk for s in stats] == [True, False]
+    await engine.stop()
