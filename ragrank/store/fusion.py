@@ -13,15 +13,43 @@ them: the same RRF and DBSF formulas, so a one-language collection gets Qdrant's
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ragrank.language import declared_language
+from ragrank.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
+
+
+class FusionSettings(Protocol):
+    """The settings a `Fusion` is built from (`Settings`, and the eval's options)."""
+
+    @property
+    def fusion(self) -> str: ...
+    @property
+    def rrf_k(self) -> int: ...
+    @property
+    def rrf_dense_weight(self) -> float: ...
+    @property
+    def rrf_sparse_weight(self) -> float: ...
+    @property
+    def fusion_other_languages(self) -> float: ...
+
+
+#: Each fusion field and the setting it comes from; the defaults are the settings' own.
+_SETTINGS = {
+    "method": "fusion",
+    "k": "rrf_k",
+    "dense_weight": "rrf_dense_weight",
+    "sparse_weight": "rrf_sparse_weight",
+    "other_languages": "fusion_other_languages",
+}
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Settings)}
 
 
 @dataclass(frozen=True)
@@ -31,13 +59,22 @@ class Fusion:
     distribution). RRF weighs each list as Qdrant does, dividing its 1-based positions by the
     list's weight: `1 / (k + (rank + 1) / weight - 1)`."""
 
-    method: str = "dbsf"
-    k: int = 2
-    dense_weight: float = 1.0
-    sparse_weight: float = 1.0
+    method: str = _DEFAULTS["fusion"]
+    k: int = _DEFAULTS["rrf_k"]
+    dense_weight: float = _DEFAULTS["rrf_dense_weight"]
+    sparse_weight: float = _DEFAULTS["rrf_sparse_weight"]
     #: Given the query's languages, how much of BM25's part a passage in another language
     #: takes from the dense list instead (see `fuse_by_language`); 0 fuses as Qdrant does.
-    other_languages: float = 0.6
+    other_languages: float = _DEFAULTS["fusion_other_languages"]
+
+    @classmethod
+    def from_settings(cls, settings: FusionSettings) -> Fusion:
+        """The fusion the settings (or the eval's options) configure."""
+        return cls(**{field: getattr(settings, name) for field, name in _SETTINGS.items()})
+
+    def override(self, **changes: Any) -> Fusion:
+        """This fusion with a request's choices; a None choice keeps the configured value."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
     def weights(self) -> list[float] | None:
