@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from ragrank.protocols import Pair
+    from ragrank.roles import Role
 
 
 @dataclass(frozen=True)
@@ -152,14 +153,14 @@ def held_out_groups(documents: int = 12) -> list[list[Pair]]:
 
 
 def require_floor(
-    agreement: Measured, *, role: str, model_id: str, backend: str, floor: float
+    agreement: Measured, *, role: Role, model_id: str, backend: str, floor: float
 ) -> None:
     """A `ModelLoadError` naming the role's settings when `agreement` is below `floor`."""
-    prefix = ROLE_SETTINGS[role]
-    setting, threshold = env_name(f"{prefix}_backend"), env_name(f"{prefix}_min_agreement")
+    setting = env_name(role.setting("backend"))
+    threshold = env_name(role.setting("min_agreement"))
     if agreement.level < floor:
         raise ModelLoadError(
-            f"The {backend} {role} model {model_id!r} is too far from the float one "
+            f"The {backend} {role.label} model {model_id!r} is too far from the float one "
             f"({agreement}); {threshold} is {floor:g}. Set {setting}=torch, or lower "
             f"{threshold} if that is acceptable."
         )
@@ -190,7 +191,3 @@ def rank_agreement(
 class Measured(Protocol):
     @property
     def level(self) -> float: ...
-
-
-#: The settings prefix of each role's backend and agreement floor.
-ROLE_SETTINGS = {"embedding": "embed", "reranking": "rerank"}

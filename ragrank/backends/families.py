@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 #: The row of the last hidden states a family's head reads.
 Pooling = Literal["first", "mean", "last"]
+#: What turns that row into one logit: BERT's pooler then classifier; XLM-R's classification
+#: head; ModernBERT's head then classifier; a decoder's `yes` minus `no` output rows; a
+#: sequence-classification decoder's score layer.
+Head = Literal["bert-pooler", "classifier", "modernbert", "yes-no", "score"]
 
 #: The longest window a long-context family is given by default: the model's own limit, up to
 #: this many tokens.
@@ -39,6 +43,7 @@ class RerankerFamily:
     #: The scoring rule, in a line (the docs and the start-up error read it).
     scoring: str
     pooling: Pooling
+    head: Head
     #: Whether the pair is wrapped in a prompt (decoder rerankers) rather than the tokenizer's
     #: own pair layout.
     prompted: bool = False
@@ -54,12 +59,14 @@ FAMILIES: tuple[RerankerFamily, ...] = (
         architectures=("BertForSequenceClassification",),
         scoring="the [CLS] row through BERT's pooler and its one-logit classifier",
         pooling="first",
+        head="bert-pooler",
     ),
     RerankerFamily(
         name="xlm-roberta",
         architectures=("XLMRobertaForSequenceClassification", "RobertaForSequenceClassification"),
         scoring="the <s> row through XLM-R's classification head (dense, tanh, one logit)",
         pooling="first",
+        head="classifier",
     ),
     RerankerFamily(
         name="modernbert",
@@ -67,6 +74,7 @@ FAMILIES: tuple[RerankerFamily, ...] = (
         scoring="the [CLS] row, or the mean of all rows (the model's `classifier_pooling`), "
         "through ModernBERT's head and its one-logit classifier",
         pooling="first",
+        head="modernbert",
         long_context=True,
         token_types=False,
     ),
@@ -76,6 +84,7 @@ FAMILIES: tuple[RerankerFamily, ...] = (
         scoring="the last token's `yes` logit minus its `no` logit (the log-odds of `yes`), "
         "the pair wrapped in the reranker's prompt",
         pooling="last",
+        head="yes-no",
         prompted=True,
         long_context=True,
         token_types=False,
@@ -86,6 +95,7 @@ FAMILIES: tuple[RerankerFamily, ...] = (
         scoring="the last token's one logit (the `yes` row minus the `no` row, folded into a "
         "classifier by the conversion), the pair wrapped in the reranker's prompt",
         pooling="last",
+        head="score",
         prompted=True,
         long_context=True,
         token_types=False,

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, get_args
 import numpy as np
 import torch
 
-from ragrank.backends.agreement import ROLE_SETTINGS
 from ragrank.errors import ModelLoadError
+from ragrank.roles import EMBEDDING, Role
 from ragrank.settings import PRESET_CPU_BACKENDS, OpenVinoBackend, env_name
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def is_openvino(backend: str) -> bool:
     return backend in OPENVINO_BACKENDS
 
 
-def resolve_backend(backend: str, *, role: str, preset: str | None, device: str) -> str:
+def resolve_backend(backend: str, *, role: Role, preset: str | None, device: str) -> str:
     """The backend that runs: `auto` is the preset's CPU backend for the role on a CPU where
     OpenVINO is installed (`PRESET_CPU_BACKENDS`), else `torch`."""
     if backend != "auto":
@@ -76,26 +76,22 @@ def resolve_backend(backend: str, *, role: str, preset: str | None, device: str)
     chosen = PRESET_CPU_BACKENDS.get(preset) if preset in PRESET_CPU_BACKENDS else None
     if chosen is None or device != "cpu":
         return "torch"
-    picked: str = chosen[0] if role == "embedding" else chosen[1]
+    picked: str = chosen[0] if role is EMBEDDING else chosen[1]
     if is_openvino(picked) and importlib.util.find_spec("openvino") is None:
         log.warning(
             "%s=auto: OpenVINO is not installed, so the %s model runs on torch (pip install "
             "'ragrank[openvino]' for the faster CPU backend)",
-            _backend_setting(role),
-            role,
+            env_name(role.setting("backend")),
+            role.label,
         )
         return "torch"
     return picked
 
 
-def _backend_setting(role: str) -> str:
-    return env_name(f"{ROLE_SETTINGS[role]}_backend")
-
-
-def require_runtime(role: str, backend: str, device: str) -> Any:
+def require_runtime(role: Role, backend: str, device: str) -> Any:
     """The `openvino` module, or a `ModelLoadError` naming the role's backend setting when it
     is not installed, or when the model is placed on another device than the CPU."""
-    setting = _backend_setting(role)
+    setting = env_name(role.setting("backend"))
     if device != "cpu":
         raise ModelLoadError(
             f"{setting}={backend} runs on the CPU only; set {setting}=torch on {device}"
@@ -204,7 +200,7 @@ Calibration = list[dict[str, "NDArray[np.int64]"]]
 def compiled_model(
     module: torch.nn.Module,
     *,
-    role: str,
+    role: Role,
     model_id: str,
     backend: str,
     example: dict[str, torch.Tensor],

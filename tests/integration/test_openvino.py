@@ -25,6 +25,7 @@ from ragrank.backends.openvino import (
 )
 from ragrank.documents import Document
 from ragrank.errors import ModelLoadError
+from ragrank.roles import EMBEDDING, RERANK
 from ragrank.settings import PRESET_CPU_BACKENDS, Settings
 from ragrank.store import open_store
 
@@ -237,7 +238,7 @@ def test_without_openvino_the_error_names_the_setting_and_the_extra(
 ):
     monkeypatch.setitem(sys.modules, "openvino", None)
     with pytest.raises(ModelLoadError) as error:
-        require_runtime("reranking", "openvino", "cpu")
+        require_runtime(RERANK, "openvino", "cpu")
     message = str(error.value)
     assert "RAGRANK_RERANK_BACKEND=openvino needs OpenVINO" in message
     assert "ragrank[openvino]" in message and "RAGRANK_RERANK_BACKEND=torch" in message
@@ -245,14 +246,14 @@ def test_without_openvino_the_error_names_the_setting_and_the_extra(
 
 def test_without_nncf_int8_names_the_float_backend(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "nncf", None)
-    require_runtime("embedding", "openvino", "cpu")  # float32 needs no NNCF
+    require_runtime(EMBEDDING, "openvino", "cpu")  # float32 needs no NNCF
     with pytest.raises(ModelLoadError, match=r"RAGRANK_EMBED_BACKEND=openvino$"):
-        require_runtime("embedding", "openvino-int8", "cpu")
+        require_runtime(EMBEDDING, "openvino-int8", "cpu")
 
 
 def test_openvino_is_cpu_only():
     with pytest.raises(ModelLoadError) as error:
-        require_runtime("embedding", "openvino-int8", "cuda:0")
+        require_runtime(EMBEDDING, "openvino-int8", "cuda:0")
     assert "RAGRANK_EMBED_BACKEND=openvino-int8 runs on the CPU only" in str(error.value)
     assert "RAGRANK_EMBED_BACKEND=torch on cuda:0" in str(error.value)
 
@@ -261,14 +262,14 @@ def test_auto_picks_the_presets_cpu_backends_and_torch_elsewhere(
     monkeypatch: pytest.MonkeyPatch,
 ):
     embed, rerank = PRESET_CPU_BACKENDS["small"]
-    assert resolve_backend("auto", role="embedding", preset="small", device="cpu") == embed
-    assert resolve_backend("auto", role="reranking", preset="small", device="cpu") == rerank
-    assert resolve_backend("auto", role="embedding", preset="small", device="cuda") == "torch"
-    assert resolve_backend("auto", role="embedding", preset="default", device="cpu") == "torch"
-    assert resolve_backend("auto", role="embedding", preset=None, device="cpu") == "torch"
-    assert resolve_backend("torch", role="embedding", preset="small", device="cpu") == "torch"
+    assert resolve_backend("auto", role=EMBEDDING, preset="small", device="cpu") == embed
+    assert resolve_backend("auto", role=RERANK, preset="small", device="cpu") == rerank
+    assert resolve_backend("auto", role=EMBEDDING, preset="small", device="cuda") == "torch"
+    assert resolve_backend("auto", role=EMBEDDING, preset="default", device="cpu") == "torch"
+    assert resolve_backend("auto", role=EMBEDDING, preset=None, device="cpu") == "torch"
+    assert resolve_backend("torch", role=EMBEDDING, preset="small", device="cpu") == "torch"
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    assert resolve_backend("auto", role="embedding", preset="small", device="cpu") == "torch"
+    assert resolve_backend("auto", role=EMBEDDING, preset="small", device="cpu") == "torch"
 
 
 def test_the_small_preset_runs_its_cpu_backends_here(
