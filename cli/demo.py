@@ -3,7 +3,6 @@ services the stack then serves with (the command line runs both, `cli.stack`).""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -13,7 +12,7 @@ from indexing import Indexer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import BeirDataset, load_beir
 from ragrank.device import resolve_placement
-from server.services import SearchOutcome, SearchService, Services
+from server import SearchPipeline, Services
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ragrank.settings import Settings
+    from server.pipeline import SearchOutcome
 
 #: Queries shown by the demo: English, French and Japanese, with labelled answers.
 EXAMPLE_QUERIES = ("q04", "q08", "q13")
@@ -50,9 +50,11 @@ def show_demo(services: Services, settings: Settings, console: Console, *, start
     Runs on the services the server then serves with, before it starts."""
     console.print(f"Models loaded in {time.perf_counter() - started:.1f} s.")
     dataset = load_beir(SAMPLE_DATASET)
-    indexer = Indexer.from_settings(settings, services.embedder, services.store)
-    console.print(str(indexer.index(dataset.corpus.values())))
-    asyncio.run(_show_examples(services, settings, dataset, console))
+    inference = services.inference
+    with inference.running():
+        indexer = Indexer.from_settings(settings, inference.bulk_embedder(), services.store)
+        console.print(str(indexer.index(dataset.corpus.values())))
+        inference.call(_show_examples(services, settings, dataset, console))
     base = f"http://{settings.host}:{settings.port}"
     console.print(
         "\nTry your own query:\n"
@@ -69,13 +71,16 @@ def show_demo(services: Services, settings: Settings, console: Console, *, start
 async def _show_examples(
     services: Services, settings: Settings, dataset: BeirDataset, console: Console
 ) -> None:
-    async with SearchService(services, settings) as search:
+    search = SearchPipeline(services, settings)
+    try:
         for query_id in EXAMPLE_QUERIES:
             query = dataset.queries[query_id]
             relevant = dataset.qrels.get(query_id, {})
             first = await search.search(query, top_k=5, candidates=20, rerank=False)
             reranked = await search.search(query, top_k=5, candidates=20, rerank=True)
             console.print(_comparison(query, first, reranked, relevant))
+    finally:
+        search.close()
 
 
 def _comparison(

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Any
 
+from cli.compose import load_services
 from eval.bench.device_model import DeviceModel, DeviceModelScorer
 from ragrank.backends.models import CrossEncoderScorer
+from ragrank.inference import Inference, Served
 from ragrank.logs import configure_logging
 from ragrank.settings import Settings
-from server import Services, create_app
+from server import create_app
 from server.app import serve
 
 
@@ -21,12 +24,17 @@ def main(argv: list[str]) -> int:
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
     speed = float(argv[0]) if argv else 1.0
-    services = Services.load(settings)
-    scorer = services.scorer
-    if not isinstance(scorer, CrossEncoderScorer):
+    services = load_services(settings)
+    inference = services.inference
+    default = inference.rerankers[0]
+    if not isinstance(default.model, CrossEncoderScorer):
         raise SystemExit("the device model wraps a cross-encoder")
-    modelled = DeviceModelScorer(scorer, DeviceModel.h200(speed))
-    services = dataclasses.replace(services, scorer=modelled, rerankers=())
+    modelled: Served[Any] = Served(
+        default.spec, DeviceModelScorer(default.model, DeviceModel.h200(speed))
+    )
+    services = dataclasses.replace(
+        services, inference=Inference(inference.embedders, [modelled], settings)
+    )
     try:
         serve(create_app(settings, services=services), settings)
     finally:

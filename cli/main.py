@@ -153,20 +153,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _index(args: argparse.Namespace) -> int:
     from indexing import Indexer, read_documents
-    from ragrank.backends.models import SentenceTransformerEmbedder
+    from ragrank.backends.serving import load_inference
     from ragrank.store import open_store
 
     settings = settings_from_args(args)
-    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    inference = load_inference(settings, rerankers=False)
     store = open_store(settings)
     try:
-        indexer = Indexer.from_settings(settings, embedder, store)
-        summary = indexer.index(
-            read_documents(args.path),
-            origin=str(args.path.resolve()),
-            delete_missing=args.delete_missing,
-            progress=not args.no_progress,
-        )
+        with inference.running():
+            indexer = Indexer.from_settings(settings, inference.bulk_embedder(), store)
+            summary = indexer.index(
+                read_documents(args.path),
+                origin=str(args.path.resolve()),
+                delete_missing=args.delete_missing,
+                progress=not args.no_progress,
+            )
         store.optimize()
     finally:
         store.close()
@@ -179,7 +180,7 @@ def _worker(args: argparse.Namespace) -> int:
     import threading
 
     from indexing import Worker
-    from ragrank.backends.models import SentenceTransformerEmbedder
+    from ragrank.backends.serving import load_inference
     from ragrank.jobs import open_job_queue
     from ragrank.store import open_store
 
@@ -190,14 +191,17 @@ def _worker(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
     # The queue first: a worker it refuses stops before loading models or opening the store.
     with jobs.as_worker(embedded_store=settings.uses_embedded_qdrant):
-        embedder = SentenceTransformerEmbedder.from_settings(settings)
+        inference = load_inference(settings, rerankers=False)
         store = open_store(settings)
         try:
-            worker = Worker.from_settings(settings, embedder, store, jobs, optimize_when_idle=True)
-            logging.getLogger(__name__).info(
-                "worker: jobs %s, watching %s", jobs.describe(), settings.watch or "nothing"
-            )
-            worker.run(stop)
+            with inference.running():
+                worker = Worker.from_settings(
+                    settings, inference.bulk_embedder(), store, jobs, optimize_when_idle=True
+                )
+                logging.getLogger(__name__).info(
+                    "worker: jobs %s, watching %s", jobs.describe(), settings.watch or "nothing"
+                )
+                worker.run(stop)
         finally:
             store.close()
             jobs.close()

@@ -25,10 +25,10 @@ def run_stack(
 ) -> None:
     """Load the services, run `prepare` on them (the demo indexes its sample there), then
     serve `stack_app` until interrupted; the store is closed on the way out."""
-    from server import Services
+    from cli.compose import load_services
     from server.app import serve as serve_app
 
-    services = Services.load(settings)
+    services = load_services(settings)
     try:
         if prepare is not None:
             prepare(services)
@@ -52,6 +52,6 @@ def in_process_worker(settings: Settings) -> Companion:
     from indexing import worker_thread
 
     def companion(services: Services, jobs: JobQueue) -> AbstractContextManager[object]:
-        return worker_thread(settings, services.embedder, services.store, jobs)
+        return worker_thread(settings, services.inference.bulk_embedder(), services.store, jobs)
 
     return companion

@@ -18,9 +18,11 @@ from eval.exact import faiss_build
 from eval.report import build_report, print_table, write_report
 from eval.suite import StoreFactory, evaluate_datasets
 from eval.systems import TOP_K, plan
-from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.backends.serving import load_inference
 from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError
+from ragrank.inference import ModelSpecs, role_spec
+from ragrank.roles import EMBEDDING, RERANK
 from ragrank.sparse import sparse_encoder
 from ragrank.store import EdgeStore, IndexTuning, Store, open_store, sparse_stamp
 
@@ -58,37 +60,49 @@ def run_eval(
     earlier = read_report(against_report) if against_report else None
     merge = beir_folders(merge)
     faiss_build()  # two faiss builds installed are refused before any model loads
-    embedder = SentenceTransformerEmbedder.from_settings(settings)
     reranks = any(system.needs_reranker for system in plan(options.systems))
-    scorer = CrossEncoderScorer.from_settings(settings) if reranks else None
     sparse = sparse_encoder(settings)
-    baseline = (
-        SentenceTransformerEmbedder.from_settings(
-            replace(
-                settings, embed_model=baseline_embed_model, query_prefix=None, passage_prefix=None
+    # The reranker batches as the eval's options say; the baseline embedder reads its own
+    # model's default prefixes.
+    rerank_settings = replace(
+        settings,
+        rerank_batch_size=options.rerank_batch_size,
+        rerank_batch_tokens=options.rerank_batch_tokens,
+    )
+    embedders = [role_spec(settings, EMBEDDING, settings.embed_model)]
+    if baseline_embed_model:
+        unprefixed = replace(
+            settings, embed_model=baseline_embed_model, query_prefix=None, passage_prefix=None
+        )
+        embedders.append(role_spec(unprefixed, EMBEDDING, baseline_embed_model))
+    rerankers = [role_spec(rerank_settings, RERANK, settings.rerank_model)] if reranks else []
+    inference = load_inference(
+        settings, ModelSpecs(tuple(embedders), tuple(rerankers)), offline=True
+    )
+    with inference.running():
+        embedder = inference.bulk_embedder()
+        baseline = inference.bulk_embedder(baseline_embed_model) if baseline_embed_model else None
+        results = list(
+            evaluate_datasets(
+                datasets,
+                embedder,
+                inference if reranks else None,
+                options,
+                store_factory(settings, sparse_stamp(sparse)),
+                baseline_embedder=baseline,
+                sparse=sparse,
+                merge=merge,
             )
         )
-        if baseline_embed_model
-        else None
-    )
-    results = list(
-        evaluate_datasets(
-            datasets,
-            embedder,
-            scorer,
-            options,
-            store_factory(settings, sparse_stamp(sparse)),
-            baseline_embedder=baseline,
-            sparse=sparse,
-            merge=merge,
-        )
-    )
-    config = _config(settings, (*datasets, *merge), options, scorer is not None)
+    config = _config(settings, (*datasets, *merge), options, reranks)
     config["embed_backend"] = embedder.backend
-    if embedder.agreement is not None:
-        config["embed_agreement"] = asdict(embedder.agreement)
-    if embedder.conversion is not None:
-        config["embed_conversion"] = str(embedder.conversion)
+    embedder_model = inference.embedder
+    agreement = getattr(embedder_model, "agreement", None)
+    if agreement is not None:
+        config["embed_agreement"] = asdict(agreement)
+    conversion = getattr(embedder_model, "conversion", None)
+    if conversion is not None:
+        config["embed_conversion"] = str(conversion)
     config["sparse"] = {"encoder": settings.sparse, "recipe": sparse.recipe if sparse else None}
     if baseline is not None:
         config |= {

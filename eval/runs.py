@@ -5,28 +5,22 @@ search: dense (ANN), BM25 sparse, and hybrid (both fused), as the server runs th
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
 from ragrank.documents import Chunk, Document
-from ragrank.engine import BatchStats, EngineLimits, scoring_engine
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from eval.exact import ExactIndex
     from eval.metrics import Run
-    from ragrank.protocols import Scorer, Vectors
+    from ragrank.engine import BatchStats
+    from ragrank.protocols import Reranking, Vectors
     from ragrank.sparse import SparseVector
     from ragrank.store import Fusion, Store
-    from ragrank.tokens import ModelInput
-
-
-#: An offline run waits as long as its scoring takes.
-OFFLINE_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def exact_run(
@@ -54,81 +48,49 @@ def ranked(ranking: Mapping[str, float]) -> list[str]:
 
 
 def rerank_run(
-    scorer: Scorer,
+    inference: Reranking,
     queries: Mapping[str, str],
     first_stage: Run,
     passages: Mapping[str, str],
     *,
     candidates: int,
-    batch_size: int,
-    batch_tokens: int,
     progress: bool = True,
 ) -> tuple[dict[str, dict[str, float]], int]:
-    """Rerank each query's top `candidates` from `first_stage` with the cross-encoder, scoring
-    long documents by their best window as the server does. Ranks after `candidates` keep the
-    first stage's order below the reranked ones, so Recall@100 stays comparable.
+    """Rerank each query's top `candidates` from `first_stage` with the inference's default
+    reranker, each document scored by its best window as the server scores it. Ranks after
+    `candidates` keep the first stage's order below the reranked ones, so Recall@100 stays
+    comparable.
 
-    Inputs come from the server's own path: each query and document tokenised once, windows cut
-    from ids (`plan_windows`), then the server's batching engine (`ragrank.engine`) under its
-    window policy: pairs from all queries scored together in length-sorted batches (padding is
-    the main waste of a cross-encoder batch), within `batch_size` pairs and `batch_tokens`
-    tokens (real ones when the scorer packs), the next batch collated while one runs.
+    Every query goes through `Inference.rerank_all`: windows planned from ids tokenised once,
+    all queued together, batched across queries by the engine (an offline inference's window
+    policy: length-sorted batches, padding being a cross-encoder batch's main waste).
     Returns the run and the number of (query, window) pairs scored.
     """
     first_order = {qid: ranked(first_stage.get(qid, {})) for qid in queries}
-    inputs: list[ModelInput] = []
-    owners: list[tuple[str, str]] = []
-    for qid, query in queries.items():
+    requests = [
+        (query, [passages[doc_id] for doc_id in first_order[qid][:candidates]])
+        for qid, query in queries.items()
+    ]
+    with tqdm(desc="reranking", unit="pair", disable=not progress) as bar:
+
+        def report(stats: BatchStats) -> None:
+            bar.update(stats.items)
+
+        inference.on_batch.append(report)
+        try:
+            outcomes = inference.call(inference.rerank_all(requests))
+        finally:
+            inference.on_batch.remove(report)
+
+    best: dict[str, dict[str, float]] = {}
+    for qid, outcome in zip(queries, outcomes, strict=True):
         doc_ids = first_order[qid][:candidates]
-        plan = scorer.plan_windows(query, [passages[doc_id] for doc_id in doc_ids])
-        inputs.extend(plan.inputs)
-        owners.extend((qid, doc_ids[owner]) for owner in plan.owners)
-
-    with tqdm(total=len(inputs), desc="reranking", unit="pair", disable=not progress) as bar:
-        logits = asyncio.run(_score(scorer, inputs, batch_size, batch_tokens, bar.update))
-
-    best: dict[str, dict[str, float]] = {qid: {} for qid in queries}
-    for (qid, doc_id), logit in zip(owners, logits, strict=True):
-        best[qid][doc_id] = max(logit, best[qid].get(doc_id, -np.inf))
-    for qid, scores in best.items():
+        scores = dict(zip(doc_ids, outcome.logits, strict=True))
         rest = first_order[qid][candidates:]
         floor = min(scores.values(), default=0.0)
         scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
-    return best, len(inputs)
-
-
-async def _score(
-    scorer: Scorer,
-    inputs: Sequence[ModelInput],
-    batch_size: int,
-    batch_tokens: int,
-    scored: Callable[[int], object],
-) -> list[float]:
-    """Every input's logit through one batching engine, as the server scores them; `scored`
-    hears of each batch's size."""
-    engine = scoring_engine(
-        "eval",
-        scorer,
-        EngineLimits(
-            max_batch_size=batch_size,
-            max_batch_tokens=batch_tokens,
-            max_wait_ms=0.0,
-            max_queue_items=max(len(inputs), 1),
-            timeout_s=OFFLINE_TIMEOUT_S,
-            policy="window",
-            packed=scorer.packed,
-        ),
-    )
-
-    def report(stats: BatchStats) -> None:
-        scored(stats.items)
-
-    engine.on_batch.append(report)
-    engine.start()
-    try:
-        return await engine.submit(inputs)
-    finally:
-        await engine.stop()
+        best[qid] = scores
+    return best, sum(outcome.pairs for outcome in outcomes)
 
 
 def index_corpus(

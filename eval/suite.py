@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from eval.metrics import Run
     from eval.options import EvalOptions
     from ragrank.beir import Qrels
-    from ragrank.protocols import Embedder, Scorer, Vectors
+    from ragrank.protocols import Reranking, Vectors
+    from ragrank.protocols import TextEmbedder as Embedder
     from ragrank.sparse import SparseEncoder
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class DatasetResult:
 def evaluate_dataset(
     path: Path,
     embedder: Embedder,
-    scorer: Scorer | None,
+    reranker: Reranking | None,
     options: EvalOptions,
     open_store: StoreFactory | None = None,
     *,
@@ -83,7 +84,7 @@ def evaluate_dataset(
         dataset,
         str(path),
         embedder,
-        scorer,
+        reranker,
         options,
         open_store=open_store,
         baseline_embedder=baseline_embedder,
@@ -96,7 +97,7 @@ def evaluate_collection(
     dataset: BeirDataset,
     path: str,
     embedder: Embedder,
-    scorer: Scorer | None,
+    reranker: Reranking | None,
     options: EvalOptions,
     *,
     open_store: StoreFactory | None = None,
@@ -133,7 +134,7 @@ def evaluate_collection(
         passages=passages,
         index=ExactIndex(vectors),
         options=options,
-        scorer=scorer,
+        reranker=reranker,
         timings=timings,
     )
     timings["faiss_gpu"] = float(inputs.index.gpu)
@@ -320,7 +321,7 @@ def corpus_key(embedder: Embedder, dataset: BeirDataset) -> str:
 def evaluate_datasets(
     paths: Sequence[Path],
     embedder: Embedder,
-    scorer: Scorer | None,
+    reranker: Reranking | None,
     options: EvalOptions,
     open_store: StoreFactory | None = None,
     *,
@@ -335,7 +336,7 @@ def evaluate_datasets(
         yield evaluate_dataset(
             path,
             embedder,
-            scorer,
+            reranker,
             options,
             open_store,
             baseline_embedder=baseline_embedder,
@@ -348,7 +349,7 @@ def evaluate_datasets(
             merge_beir(parts, options.relevance),
             ",".join(str(path) for path in merge),
             embedder,
-            scorer,
+            reranker,
             options,
             open_store=open_store,
             baseline_embedder=baseline_embedder,

@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from ragrank.store.fusion import FusionSettings
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from eval.exact import ExactIndex
     from eval.metrics import Run
-    from ragrank.protocols import Scorer, Vectors
+    from ragrank.protocols import Reranking, Vectors
     from ragrank.sparse import SparseVector
     from ragrank.store import Store
 
@@ -23,27 +25,14 @@ TOP_K = 100
 BASELINE = "cosine"
 
 
-class RunOptions(Protocol):
-    """The options a system's run reads (`eval.options.EvalOptions` has them all)."""
+class RunOptions(FusionSettings, Protocol):
+    """The options a system's run reads (`eval.options.EvalOptions` has them all), the fusion's
+    among them."""
 
     @property
     def candidates(self) -> int: ...
     @property
-    def rerank_batch_size(self) -> int: ...
-    @property
-    def rerank_batch_tokens(self) -> int: ...
-    @property
     def progress(self) -> bool: ...
-    @property
-    def fusion(self) -> str: ...
-    @property
-    def rrf_k(self) -> int: ...
-    @property
-    def rrf_dense_weight(self) -> float: ...
-    @property
-    def rrf_sparse_weight(self) -> float: ...
-    @property
-    def fusion_other_languages(self) -> float: ...
     @property
     def query_language(self) -> str: ...
 
@@ -67,7 +56,8 @@ class SystemInputs:
     #: The passages are stored with the language BM25 read each in (BM25 `auto`), so hybrid
     #: can tell which of them BM25 could not match, as the server's does.
     languages_stored: bool = False
-    scorer: Scorer | None = None
+    #: The inference whose default reranker reranks.
+    reranker: Reranking | None = None
     #: Timings beyond the suite's per-query milliseconds (a reranker's pairs/s).
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -113,14 +103,7 @@ def _searched(dense: bool, sparse: bool) -> Callable[[System, SystemInputs], Run
 
         if inputs.store is None:
             raise ValueError(f"the {system.name} system needs a Qdrant store")
-        options = inputs.options
-        fusion = Fusion(
-            options.fusion,
-            options.rrf_k,
-            options.rrf_dense_weight,
-            options.rrf_sparse_weight,
-            options.fusion_other_languages,
-        )
+        fusion = Fusion.from_settings(inputs.options)
         return store_run(
             inputs.store,
             list(inputs.queries),
@@ -140,20 +123,18 @@ def _reranked(system: System, inputs: SystemInputs) -> Run:
 
     from eval.runs import rerank_run
 
-    if inputs.scorer is None:
+    if inputs.reranker is None:
         raise ValueError(f"the {system.name} system needs a reranking model")
     if system.first_stage is None:
         raise ValueError(f"the {system.name} system names no first stage")
     options = inputs.options
     start = time.perf_counter()
     run, pairs = rerank_run(
-        inputs.scorer,
+        inputs.reranker,
         inputs.queries,
         inputs.runs[system.first_stage],
         inputs.passages,
         candidates=options.candidates,
-        batch_size=options.rerank_batch_size,
-        batch_tokens=options.rerank_batch_tokens,
         progress=options.progress,
     )
     label = system.timing_key.removesuffix("_ms_per_query")

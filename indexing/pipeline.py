@@ -27,7 +27,7 @@ from ragrank.store import DocumentStamp, Store, sparse_stamp
 
 if TYPE_CHECKING:
     from ragrank.documents import Chunk, Document
-    from ragrank.protocols import Embedder
+    from ragrank.protocols import TextEmbedder
     from ragrank.settings import Settings
 
 #: Metadata that changes without the document changing (a file's mtime): not hashed.
@@ -72,7 +72,7 @@ class Indexer:
 
     def __init__(
         self,
-        embedder: Embedder,
+        embedder: TextEmbedder,
         store: Store,
         *,
         chunker: Chunker,
@@ -105,7 +105,7 @@ class Indexer:
         self._recipe = json.dumps(recipe)
 
     @classmethod
-    def from_settings(cls, settings: Settings, embedder: Embedder, store: Store) -> Indexer:
+    def from_settings(cls, settings: Settings, embedder: TextEmbedder, store: Store) -> Indexer:
         prefix_tokens = len(embedder.token_spans(embedder.passage_prefix))
         # The prefix counts against the budget; the two special tokens against the model's limit.
         budget = max(min(settings.chunk_tokens, embedder.max_length - 2) - prefix_tokens, 1)

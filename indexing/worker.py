@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from ragrank.documents import Document
     from ragrank.jobs import Job, JobQueue
-    from ragrank.protocols import Embedder
+    from ragrank.protocols import TextEmbedder
     from ragrank.settings import Settings
     from ragrank.store import Store
 
@@ -59,7 +59,7 @@ class Worker:
     def from_settings(
         cls,
         settings: Settings,
-        embedder: Embedder,
+        embedder: TextEmbedder,
         store: Store,
         jobs: JobQueue,
         *,
@@ -243,7 +243,7 @@ class Worker:
 
 @contextmanager
 def worker_thread(
-    settings: Settings, embedder: Embedder, store: Store, jobs: JobQueue
+    settings: Settings, embedder: TextEmbedder, store: Store, jobs: JobQueue
 ) -> Iterator[Worker]:
     """The worker on a thread of this process, sharing a server's models and store: an embedded
     Qdrant folder can be open in one process only. Stops, and waits for the job in hand, on

@@ -4,21 +4,50 @@ implementations live in `ragrank.backends.models`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ragrank.roles import RoleName
+
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Coroutine, Sequence
 
     from ragrank.tokens import ModelInput, TokenSpans, WindowPlan
 
+_Result = TypeVar("_Result")
 Vectors = NDArray[np.float32]
 Pair = tuple[str, str]
-#: The two roles a served model plays, as the API names them (`/v1/models`' `type`, a
-#: request's `model` field).
-ModelRole = Literal["embedding", "rerank"]
+#: The two roles a served model plays, as the API names them (`ragrank.roles`).
+ModelRole = RoleName
+
+
+class TextEmbedder(Protocol):
+    """What the indexer and the eval read of an embedder: its shape, its prefixes, and vectors
+    for whole lists of texts (`ragrank.inference.EngineEmbedder` makes them through the
+    model's engine)."""
+
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def dimension(self) -> int: ...
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def query_prefix(self) -> str: ...
+    @property
+    def passage_prefix(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors: ...
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors: ...
+
+    def token_spans(self, text: str) -> TokenSpans:
+        """Character (start, end) of each token of `text`, special tokens excluded."""
+        ...
 
 
 class Embedder(Protocol):
@@ -119,3 +148,26 @@ class Scorer(Protocol):
 def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
     """Sigmoid of the logits, computed in float64 so large logits do not saturate early."""
     return np.asarray(1.0 / (1.0 + np.exp(-logits.astype(np.float64))), dtype=np.float64)
+
+
+class Reranked(Protocol):
+    """One query's documents reranked: each document's logit, and the pairs scored."""
+
+    @property
+    def logits(self) -> list[float]: ...
+    @property
+    def pairs(self) -> int: ...
+
+
+class Reranking(Protocol):
+    """What the eval asks of `ragrank.inference.Inference`, from a thread of its own: many
+    queries reranked at once, with a word on each batch for its progress bar."""
+
+    @property
+    def on_batch(self) -> list[Callable[[Any], None]]: ...
+
+    def call(self, work: Coroutine[Any, Any, _Result]) -> _Result: ...
+
+    def rerank_all(
+        self, requests: Sequence[tuple[str, Sequence[str]]], *, model: str | None = None
+    ) -> Coroutine[Any, Any, Sequence[Reranked]]: ...

@@ -168,6 +168,14 @@ class Settings:
         "several rerankers in one server, each picked by a request's `model`: entries as for "
         "`RAGRANK_EMBED_MODELS`; the first is the default and overrides `RAGRANK_RERANK_MODEL`",
     )
+    models_file: Path | None = option(
+        None,
+        "a TOML file with one `[[models]]` table per served model (`name`, `role`, `model`, and "
+        "optionally `backend`, `dtype`, `device`, `max_batch_tokens`, `max_batch_size`, "
+        "`packed`, `query_prefix`, `passage_prefix`, `max_length`): each model configured on "
+        "its own; what a table leaves out comes from its role's variables (see "
+        "[models](models.md#a-models-file))",
+    )
     model_names: ModelNames = option(
         "open",
         "`open`: a request's `model` that no served model answers to gets its role's default, so "

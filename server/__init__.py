@@ -1,6 +1,7 @@
-"""The Litestar query server: app factory, routes, schemas and the search service."""
+"""The Litestar query server: the app factory, routes grouped by domain, msgspec schemas."""
 
 from server.app import create_app, serve
-from server.services import SearchService, Services
+from server.pipeline import SearchPipeline
+from server.services import Services
 
-__all__ = ["SearchService", "Services", "create_app", "serve"]
+__all__ = ["SearchPipeline", "Services", "create_app", "serve"]

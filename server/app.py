@@ -3,6 +3,7 @@ ready `Services`, which stay theirs to close (`cli.stack` is the one way the pro
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
@@ -14,7 +15,9 @@ from litestar.openapi.spec import Components
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
 from ragrank import __version__
+from ragrank.inference import Inference  # noqa: TC001 (Litestar reads the providers' hints)
 from ragrank.jobs import JobQueue, open_job_queue
+from ragrank.roles import EMBEDDING, RERANK
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.errors import EXCEPTION_HANDLERS, body_too_large
 from server.metrics import PROMETHEUS, MetricsController, instrument, instrument_jobs
@@ -25,11 +28,12 @@ from server.openapi import (
     write_limits_into_schema,
     write_models_into_schema,
 )
+from server.pipeline import SearchPipeline
 from server.playground import playground_router
 from server.request_log import request_id_middleware
 from server.routes import documents, embeddings, health, models, rerank, search
 from server.routes.root import root_router
-from server.services import SearchService, Services
+from server.services import Services
 from server.strict import strict_body
 
 if TYPE_CHECKING:
@@ -68,23 +72,28 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         _describe_models(app, services, strict_names=settings.model_names == "strict")
+        inference = services.inference
+        pipeline = SearchPipeline(services, settings)
         try:
-            async with SearchService(services, settings) as search_service:
-                for engine in search_service.engines:
+            async with inference:
+                for engine in inference.engines:
                     instrument(engine)
                 instrument_jobs(job_states)
-                app.state.search_service = search_service
-                with ExitStack() as companions:
+                app.state.pipeline = pipeline
+                app.state.inference = inference
+                companions = ExitStack()
+                try:
                     for companion in alongside:
                         companions.enter_context(companion(services, provide_jobs()))
                     yield
+                finally:
+                    # On a thread: a companion's work may wait on the inference, which needs
+                    # this loop to finish it.
+                    await asyncio.to_thread(companions.close)
         finally:
+            pipeline.close()
             if jobs:
                 jobs[0].close()
-
-    def provide_search_service(state: State) -> SearchService:
-        service: SearchService = state.search_service
-        return service
 
     keys = ApiKeys.from_settings(settings)  # a missing key file stops here, at start-up
     app = Litestar(
@@ -93,7 +102,8 @@ def create_app(
         before_request=strict_body(settings),
         middleware=[PROMETHEUS.middleware],
         dependencies={
-            "search_service": Provide(provide_search_service, sync_to_thread=False),
+            "pipeline": Provide(_provide_pipeline, sync_to_thread=False),
+            "inference": Provide(_provide_inference, sync_to_thread=False),
             "jobs": Provide(provide_jobs, sync_to_thread=False),
         },
         exception_handlers={
@@ -116,15 +126,26 @@ def create_app(
     return app
 
 
+def _provide_pipeline(state: State) -> SearchPipeline:
+    pipeline: SearchPipeline = state.pipeline
+    return pipeline
+
+
+def _provide_inference(state: State) -> Inference:
+    inference: Inference = state.inference
+    return inference
+
+
 def _describe_models(app: Litestar, services: Services, *, strict_names: bool) -> None:
     """Once the models are loaded, the served schema states what they accept: the embedder's
     vector length and, when only served names are accepted, each role's model names."""
     bodies = request_types(app)
-    write_dimension_into_schema(app.openapi_schema, bodies, services.embedder.dimension)
+    inference = services.inference
+    write_dimension_into_schema(app.openapi_schema, bodies, inference.embedder.dimension)
     if strict_names:
         names: dict[ModelRole, list[str]] = {
-            "rerank": [name for served in services.rerankers for name in served.names],
-            "embedding": [name for served in services.embedders for name in served.names],
+            RERANK.name: [name for served in inference.rerankers for name in served.names],
+            EMBEDDING.name: [name for served in inference.embedders for name in served.names],
         }
         write_models_into_schema(app.openapi_schema, bodies, names)
 

@@ -21,7 +21,7 @@ from ragrank.beir import load_qrels, load_queries
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.settings import LIMIT_CEILINGS, RETRIEVALS, env_name
 from server.auth import PUBLIC
-from server.services import SearchService
+from server.pipeline import SearchPipeline
 
 if TYPE_CHECKING:
     from litestar.handlers import HTTPRouteHandler
@@ -122,8 +122,8 @@ def playground_router(settings: Settings, *, api_keys: bool) -> Router:
     labels = Labels.load(settings.labels) if settings.labels is not None else None
 
     @get("/playground/config", opt={PUBLIC: True}, include_in_schema=False)
-    async def playground_config(search_service: SearchService) -> PlaygroundConfig:
-        services = search_service.services
+    async def playground_config(pipeline: SearchPipeline) -> PlaygroundConfig:
+        inference = pipeline.inference
         return PlaygroundConfig(
             api_keys=api_keys,
             retrievals=["dense"] if settings.sparse == "none" else list(RETRIEVALS),
@@ -131,12 +131,12 @@ def playground_router(settings: Settings, *, api_keys: bool) -> Router:
             max_top_k=settings.max_top_k,
             max_candidates=settings.max_candidates,
             labels=labels.name if labels else None,
-            embed_model=services.embedder.model_id,
-            rerank_model=services.scorer.model_id,
+            embed_model=inference.embedder.model_id,
+            rerank_model=inference.scorer.model_id if inference.scorer is not None else "",
             rerank_models=[
-                ServedReranker(name=s.name, model=s.model.model_id) for s in services.rerankers
+                ServedReranker(name=s.name, model=s.model.model_id) for s in inference.rerankers
             ],
-            collection=services.store.collection,
+            collection=pipeline.services.store.collection,
             version=__version__,
         )
 

@@ -7,15 +7,15 @@ the worker an embedded store needs. Its settings come from the environment
 
 from __future__ import annotations
 
+from cli.compose import load_services
 from ragrank.logs import configure_logging
 from ragrank.settings import Settings
-from server import Services
 from server.app import create_app, serve
 
 if __name__ == "__main__":
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
-    services = Services.load(settings)
+    services = load_services(settings)
     try:
         serve(create_app(settings, services=services), settings)
     finally:

@@ -23,7 +23,7 @@ from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 from server import Services, create_app
-from tests.fakes import FakeEmbedder, FakeScorer
+from tests.fakes import FakeEmbedder, fake_inference
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -139,9 +139,7 @@ def fake_services(tmp_path: Path) -> Iterator[Services]:
     """Fake models over an empty embedded collection: for tests of the HTTP layer."""
     store = open_store(Settings(qdrant_path=tmp_path / "q", collection="t"))
     store.ensure_collection(FakeEmbedder.dimension)
-    yield Services(
-        embedder=FakeEmbedder(), scorer=FakeScorer(), store=store, sparse=sparse_encoder(Settings())
-    )
+    yield Services(inference=fake_inference(), store=store, sparse=sparse_encoder(Settings()))
     store.close()
 
 

@@ -5,6 +5,7 @@ They tokenise by whitespace into ids of their own vocabulary, so the engine carr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import threading
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragrank.inference import Inference
+from ragrank.settings import Settings
 from ragrank.tokens import ModelInput, TokenSpans, WindowPlan
 
 if TYPE_CHECKING:
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from ragrank.protocols import Pair
+    from server.services import Services
 
 _WORD = re.compile(r"\S+")
 #: Special ids: start, separator and end of an input.
@@ -177,3 +181,38 @@ class NarrowEmbedder(FakeEmbedder):
 
     model_id = "fake-narrow-embedder"
     dimension = 16
+
+
+def fake_inference(
+    settings: Settings | None = None,
+    *,
+    embedders: Sequence[Any] | None = None,
+    rerankers: Sequence[Any] | None = None,
+) -> Inference:
+    """An inference over fakes (a `FakeEmbedder` and a `FakeScorer` unless given), each model
+    configured by `settings`' values for its role."""
+    return Inference.of(
+        settings or Settings(),
+        embedders=[FakeEmbedder()] if embedders is None else embedders,
+        rerankers=[FakeScorer()] if rerankers is None else rerankers,
+    )
+
+
+def swap_models(
+    services: Services,
+    settings: Settings | None = None,
+    *,
+    embedders: Sequence[Any] | None = None,
+    rerankers: Sequence[Any] | None = None,
+) -> Services:
+    """`services` with another inference: the given models (else the same ones) under
+    `settings`."""
+    inference = services.inference
+    return dataclasses.replace(
+        services,
+        inference=Inference.of(
+            settings or Settings(),
+            embedders=list(inference.embedders) if embedders is None else embedders,
+            rerankers=list(inference.rerankers) if rerankers is None else rerankers,
+        ),
+    )

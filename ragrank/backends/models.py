@@ -70,7 +70,9 @@ from ragrank.backends.packing import (
 )
 from ragrank.device import Placement, batch_limits, bound_kernel_cache, resolve_placement
 from ragrank.errors import BatchTooLargeError, ModelFailedError, ModelLoadError, SettingsError
+from ragrank.inference.spec import ModelSpec, role_spec
 from ragrank.loading import load_model
+from ragrank.roles import EMBEDDING, RERANK, Role
 from ragrank.settings import OPENVINO_CACHE, Settings, env_name
 from ragrank.tokens import ModelInput, Tokens, TokenSpans, WindowPlan
 
@@ -135,7 +137,7 @@ class _Runner:
         *,
         packed: str,
         varlen: str,
-        role: str,
+        role: Role,
         model_id: str,
         can_pack: bool = True,
     ) -> None:
@@ -260,16 +262,16 @@ class _Runner:
         return passes
 
 
-def _tokens(tokenizer: Any, max_length: int, role: str, model_id: str, **layout: Any) -> Tokens:
+def _tokens(tokenizer: Any, max_length: int, role: Role, model_id: str, **layout: Any) -> Tokens:
     """The model's `Tokens` (`layout`: its pair prompt and token types), or a
     `ModelLoadError` naming the model and its setting."""
-    setting = env_name("embed_model" if role == "embedding" else "rerank_model")
+    setting = env_name(role.setting("model"))
     try:
         return Tokens(tokenizer, max_length, **layout)
     except ValueError as exc:
         raise ModelLoadError(
-            f"The {role} model {model_id!r} cannot be served: {exc}. Set {setting} to a model "
-            f"with a fast (tokenizer.json) tokenizer."
+            f"The {role.label} model {model_id!r} cannot be served: {exc}. Set {setting} to a "
+            f"model with a fast (tokenizer.json) tokenizer."
         ) from exc
 
 
@@ -305,7 +307,9 @@ class SentenceTransformerEmbedder:
                 source, device=placement.device, model_kwargs={"dtype": placement.dtype}
             )
 
-        self._model = load_model("embedding", model_id, env_name("embed_model"), loader)
+        self._model = load_model(
+            EMBEDDING.label, model_id, env_name(EMBEDDING.setting("model")), loader
+        )
         self._model.eval()
         self.model_id = model_id
         dimension = self._model.get_embedding_dimension()
@@ -319,7 +323,7 @@ class SentenceTransformerEmbedder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self._batch_size = batch_size
-        self.tokens = _tokens(self._model.tokenizer, self.max_length, "embedding", model_id)
+        self.tokens = _tokens(self._model.tokenizer, self.max_length, EMBEDDING, model_id)
         modules: list[Any] = list(self._model)
         self._pooling = _packable_pooling(modules)
         self._encoder: torch.nn.Module = modules[0].auto_model
@@ -329,7 +333,7 @@ class SentenceTransformerEmbedder:
             placement,
             packed=packed,
             varlen=varlen,
-            role="embedding",
+            role=EMBEDDING,
             model_id=model_id,
             can_pack=self._pooling is not None,
         )
@@ -346,7 +350,7 @@ class SentenceTransformerEmbedder:
 
     def _use_openvino(self, backend: str, min_agreement: float, cache: Path) -> None:
         """Swap in the compiled OpenVINO model, if its vectors match the torch model's."""
-        require_runtime("embedding", backend, self._runner.device)
+        require_runtime(EMBEDDING, backend, self._runner.device)
         self._runner.pad_only(backend)
         self.packed = False
         queries, passages = calibration_texts()
@@ -362,7 +366,7 @@ class SentenceTransformerEmbedder:
         traceable(self._encoder)
         self._openvino, self.conversion = compiled_model(
             _Traced(self._model, _embedding).eval(),
-            role="embedding",
+            role=EMBEDDING,
             model_id=self.model_id,
             backend=backend,
             example=_example(
@@ -378,7 +382,7 @@ class SentenceTransformerEmbedder:
         )
         require_floor(
             self.agreement,
-            role="embedding",
+            role=EMBEDDING,
             model_id=self.model_id,
             backend=backend,
             floor=min_agreement,
@@ -393,29 +397,33 @@ class SentenceTransformerEmbedder:
         )
 
     @classmethod
+    def from_spec(cls, spec: ModelSpec, settings: Settings) -> SentenceTransformerEmbedder:
+        """The embedder `spec` describes (`settings`: what every model shares)."""
+        bound_kernel_cache(settings.cpu_kernel_cache)
+        placement = resolve_placement(spec.device, spec.dtype)
+        return cls(
+            spec.model,
+            query_prefix=spec.query_prefix,
+            passage_prefix=spec.passage_prefix,
+            placement=placement,
+            batch_size=batch_limits(placement, spec.max_batch_size)[0],
+            packed=spec.packed,
+            varlen=settings.varlen_attention,
+            backend=resolve_backend(
+                spec.backend, role=EMBEDDING, preset=settings.preset, device=placement.device
+            ),
+            min_agreement=spec.min_agreement,
+            openvino_cache=settings.openvino_cache,
+        )
+
+    @classmethod
     def from_settings(
         cls, settings: Settings, model_id: str | None = None
     ) -> SentenceTransformerEmbedder:
-        """The embedder the settings name (`model_id`: another of the served ones, with the
-        role prefixes it was trained with; the prefix settings are the default one's)."""
-        bound_kernel_cache(settings.cpu_kernel_cache)
-        query, passage = settings.prefixes(model_id)
-        return cls(
-            model_id or settings.embed_model,
-            query_prefix=query,
-            passage_prefix=passage,
-            placement=(placement := resolve_placement(settings.device, settings.dtype)),
-            batch_size=batch_limits(placement, settings.embed_batch_size)[0],
-            packed=settings.packed,
-            varlen=settings.varlen_attention,
-            backend=resolve_backend(
-                settings.embed_backend,
-                role="embedding",
-                preset=settings.preset,
-                device=placement.device,
-            ),
-            min_agreement=settings.embed_min_agreement,
-            openvino_cache=settings.openvino_cache,
+        """The embedder the settings name (`model_id`: another, with the role prefixes it was
+        trained with; the prefix settings are the default one's)."""
+        return cls.from_spec(
+            role_spec(settings, EMBEDDING, model_id or settings.embed_model), settings
         )
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
@@ -582,7 +590,7 @@ class CrossEncoderScorer:
             )
             return encoder
 
-        encoder = load_model("reranking", model_id, env_name("rerank_model"), loader)
+        encoder = load_model(RERANK.label, model_id, env_name(RERANK.setting("model")), loader)
         model = encoder.transformers_model
         if model is None:
             raise ModelLoadError(
@@ -604,7 +612,7 @@ class CrossEncoderScorer:
         self.tokens = _tokens(
             tokenizer,
             self.max_length,
-            "reranking",
+            RERANK,
             model_id,
             prompt=prompt,
             types=self.family.token_types,
@@ -612,7 +620,7 @@ class CrossEncoderScorer:
         #: The decoder's `yes` minus `no` row of its output layer: one dot product per pair
         #: gives the log-odds, with no projection onto the whole vocabulary.
         self._direction: torch.Tensor | None = None
-        if self.family.name == "qwen3-reranker":
+        if self.family.head == "yes-no":
             self._direction = _yes_no_direction(encoder, model, model_id)
         self._runner = _Runner(
             model,
@@ -620,7 +628,7 @@ class CrossEncoderScorer:
             placement,
             packed=packed,
             varlen=varlen,
-            role="reranking",
+            role=RERANK,
             model_id=model_id,
         )
         self.packed = self._runner.packed
@@ -637,7 +645,7 @@ class CrossEncoderScorer:
 
     def _use_openvino(self, backend: str, min_agreement: float, cache: Path) -> None:
         """Swap in the compiled OpenVINO model, if its rankings agree with the torch model's."""
-        require_runtime("reranking", backend, self._runner.device)
+        require_runtime(RERANK, backend, self._runner.device)
         self._runner.pad_only(backend)
         self.packed = False
         groups = calibration_groups()
@@ -651,7 +659,7 @@ class CrossEncoderScorer:
         traceable(self._model)
         self._openvino, self.conversion = compiled_model(
             _Traced(self._model, self.padded_logits).eval(),
-            role="reranking",
+            role=RERANK,
             model_id=self.model_id,
             backend=backend,
             example=_example(self._runner, self.tokens.pairs([(query, "a"), (query, passage)])),
@@ -662,7 +670,7 @@ class CrossEncoderScorer:
         self.agreement = rank_agreement(reference, [self.score_pairs(g) for g in groups])
         require_floor(
             self.agreement,
-            role="reranking",
+            role=RERANK,
             model_id=self.model_id,
             backend=backend,
             floor=min_agreement,
@@ -677,25 +685,30 @@ class CrossEncoderScorer:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings, model_id: str | None = None) -> CrossEncoderScorer:
-        """The reranker the settings name (`model_id`: another of the served ones)."""
+    def from_spec(cls, spec: ModelSpec, settings: Settings) -> CrossEncoderScorer:
+        """The reranker `spec` describes (`settings`: what every model shares)."""
         bound_kernel_cache(settings.cpu_kernel_cache)
+        placement = resolve_placement(spec.device, spec.dtype)
         return cls(
-            model_id or settings.rerank_model,
-            placement=(placement := resolve_placement(settings.device, settings.dtype)),
-            batch_size=batch_limits(placement, settings.rerank_batch_size)[0],
-            max_length=settings.rerank_max_length,
+            spec.model,
+            placement=placement,
+            batch_size=batch_limits(placement, spec.max_batch_size)[0],
+            max_length=spec.max_length,
             backend=resolve_backend(
-                settings.rerank_backend,
-                role="reranking",
-                preset=settings.preset,
-                device=placement.device,
+                spec.backend, role=RERANK, preset=settings.preset, device=placement.device
             ),
-            min_agreement=settings.rerank_min_agreement,
-            packed=settings.packed,
+            min_agreement=spec.min_agreement,
+            packed=spec.packed,
             varlen=settings.varlen_attention,
-            instruction=settings.rerank_instruction or None,
+            instruction=spec.instruction or None,
             openvino_cache=settings.openvino_cache,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model_id: str | None = None) -> CrossEncoderScorer:
+        """The reranker the settings name (`model_id`: another, configured the same way)."""
+        return cls.from_spec(
+            role_spec(settings, RERANK, model_id or settings.rerank_model), settings
         )
 
     def score(self, query: str, passages: Sequence[str]) -> NDArray[np.float32]:
@@ -720,7 +733,7 @@ class CrossEncoderScorer:
         return self._runner.collate(inputs, packed)
 
     def forward(self, batch: Any) -> NDArray[np.float32]:
-        return self._run(self._model, batch)
+        return self.launch(batch).host()
 
     def upload(self, batch: Batch) -> Batch:
         """The batch on the model's device (model thread, before `launch`)."""
@@ -728,7 +741,20 @@ class CrossEncoderScorer:
 
     def launch(self, batch: Any) -> Launched:
         """The forward pass, its logits queued for the host (model thread)."""
-        return self._launch(self._model, batch)
+        model = self._model
+        with self._runner.running():
+            if self._openvino is not None:
+                assert isinstance(batch, PaddedBatch), "a compiled model runs padded batches"
+                return Launched(torch.from_numpy(self._openvino(batch.features)), None)
+            if isinstance(batch, PackedBatch):
+                base = model.base_model
+                hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
+                rows = pooled_rows(hidden, batch, self.family.pooling)
+                # Logits leave the model in float32 whatever dtype it runs in.
+                output = self._head(model, rows).float().view(-1)
+            else:
+                output = self.padded_logits(model, self._runner.features(batch))
+            return self._runner.launched(output)
 
     def fetch(self, launched: Launched) -> NDArray[np.float32]:
         """The logits of a launched pass, once on the host."""
@@ -745,24 +771,6 @@ class CrossEncoderScorer:
 
         shapes = self._runner.warm_shapes(batch_items, batch_tokens, self.max_length)
         return self._runner.warm_up(make, self.forward, shapes)
-
-    def _run(self, model: Any, batch: Batch) -> NDArray[np.float32]:
-        return self._launch(model, batch).host()
-
-    def _launch(self, model: Any, batch: Batch) -> Launched:
-        with self._runner.running():
-            if self._openvino is not None and model is self._model:
-                assert isinstance(batch, PaddedBatch), "a compiled model runs padded batches"
-                return Launched(torch.from_numpy(self._openvino(batch.features)), None)
-            if isinstance(batch, PackedBatch):
-                base = model.base_model
-                hidden = packed_hidden(base, batch, self._runner.device, self._runner.varlen)
-                rows = pooled_rows(hidden, batch, self.family.pooling)
-                # Logits leave the model in float32 whatever dtype it runs in.
-                output = self._head(model, rows).float().view(-1)
-            else:
-                output = self.padded_logits(model, self._runner.features(batch))
-            return self._runner.launched(output)
 
     def padded_logits(self, model: Any, features: dict[str, torch.Tensor]) -> torch.Tensor:
         """One float32 logit per row of a padded batch, by the family's own head."""
@@ -782,16 +790,17 @@ class CrossEncoderScorer:
 
     def _head(self, model: Any, rows: torch.Tensor) -> torch.Tensor:
         """One logit per row, by the family's own head."""
-        family = self.family.name
-        if self._direction is not None:
+        head = self.family.head
+        if head == "yes-no":
+            assert self._direction is not None
             return rows.float() @ self._direction
-        if family == "qwen3-seq-cls":
+        if head == "score":
             score: torch.Tensor = model.score(rows)
             return score
-        if family == "modernbert":
+        if head == "modernbert":
             classified: torch.Tensor = model.classifier(model.head(rows))
             return classified
-        if family == "bert":
+        if head == "bert-pooler":
             rows = model.base_model.pooler(rows[:, None, :])
             return model.classifier(rows)
         return model.classifier(rows[:, None, :])

@@ -12,6 +12,7 @@ from litestar.status_codes import HTTP_200_OK
 from msgspec import Meta, Struct
 
 from ragrank.errors import InvalidRequestError
+from ragrank.inference import Inference
 from server.limits import length_limit
 from server.routes.shared import (
     MODEL_ERRORS,
@@ -22,7 +23,6 @@ from server.routes.shared import (
     domain,
     unless_disconnected,
 )
-from server.services import SearchService
 
 EmbedText = Annotated[str, length_limit("max_document_chars", min_length=1)]
 
@@ -191,11 +191,9 @@ class CohereEmbedResponse(Struct, frozen=True, kw_only=True):
     meta: CohereEmbedMeta
 
 
-def _dimensions(
-    search_service: SearchService, field: str, asked: int | None, model: str | None
-) -> None:
+def _dimensions(inference: Inference, field: str, asked: int | None, model: str | None) -> None:
     """A 400 unless `asked` is absent or the named embedder's own vector length."""
-    served = search_service.embedder(model)[0].model.dimension
+    served = inference.embedding(model).model.dimension
     if asked is not None and asked != served:
         raise InvalidRequestError(
             f"{field}: this server's embedder gives {served}-dimensional vectors, and ragrank "
@@ -206,11 +204,11 @@ def _dimensions(
 
 @post(["/v1/embeddings", "/embeddings"], status_code=HTTP_200_OK)
 async def embeddings(
-    data: EmbeddingsRequest, search_service: SearchService, request: Request[Any, Any, Any]
+    data: EmbeddingsRequest, inference: Inference, request: Request[Any, Any, Any]
 ) -> EmbeddingsResponse:
     """OpenAI-shaped embeddings, which Infinity's (`/embeddings`) and Jina's clients call too;
     `input_type` or Jina's `task` picks the query or passage prefix."""
-    _dimensions(search_service, "dimensions", data.dimensions, data.model)
+    _dimensions(inference, "dimensions", data.dimensions, data.model)
     if not data.normalized:
         raise InvalidRequestError(
             "normalized: ragrank's vectors are always unit length; leave normalized out or "
@@ -225,7 +223,7 @@ async def embeddings(
     encoding = data.embedding_type or data.encoding_format
     texts = [data.input] if isinstance(data.input, str) else data.input
     outcome = await unless_disconnected(
-        request, search_service.embed(texts, as_queries=role == "query", model=data.model)
+        request, inference.embed(texts, as_queries=role == "query", model=data.model)
     )
     return EmbeddingsResponse(
         data=[
@@ -246,30 +244,30 @@ async def embeddings(
 
 @post("/embed", status_code=HTTP_200_OK)
 async def embed_tei(
-    data: TeiEmbedRequest, search_service: SearchService, request: Request[Any, Any, Any]
+    data: TeiEmbedRequest, inference: Inference, request: Request[Any, Any, Any]
 ) -> list[list[float]]:
     """text-embeddings-inference-shaped embeddings, at `/embed` and at `/` (`embed_tei_at_root`),
     where Hugging Face's client posts when pointed at a TEI URL; `prompt_name: query` gives the
     query prefix."""
-    _dimensions(search_service, "dimensions", data.dimensions, data.model)
+    _dimensions(inference, "dimensions", data.dimensions, data.model)
     texts = [data.inputs] if isinstance(data.inputs, str) else data.inputs
     as_queries = data.prompt_name == "query"
     outcome = await unless_disconnected(
-        request, search_service.embed(texts, as_queries=as_queries, model=data.model)
+        request, inference.embed(texts, as_queries=as_queries, model=data.model)
     )
     return [vector.tolist() for vector in outcome.vectors]
 
 
 @post(["/v1/embed", "/v2/embed"], status_code=HTTP_200_OK)
 async def embed_cohere(
-    data: CohereEmbedRequest, search_service: SearchService, request: Request[Any, Any, Any]
+    data: CohereEmbedRequest, inference: Inference, request: Request[Any, Any, Any]
 ) -> CohereEmbedResponse:
     """Cohere-shaped embeddings, v1 and v2: `search_document` (or no `input_type`) embeds
     passages, the other input types queries."""
-    _dimensions(search_service, "output_dimension", data.output_dimension, data.model)
+    _dimensions(inference, "output_dimension", data.output_dimension, data.model)
     as_queries = data.input_type not in (None, "search_document")
     outcome = await unless_disconnected(
-        request, search_service.embed(data.texts, as_queries=as_queries, model=data.model)
+        request, inference.embed(data.texts, as_queries=as_queries, model=data.model)
     )
     vectors = [vector.tolist() for vector in outcome.vectors]
     version = "2" if request.url.path.startswith("/v2/") else "1"

@@ -10,8 +10,8 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from msgspec import Meta, Struct
 
 from server.auth import PUBLIC
+from server.pipeline import SearchPipeline
 from server.routes.shared import domain
-from server.services import SearchService
 
 
 class Health(Struct, frozen=True, kw_only=True):
@@ -44,21 +44,21 @@ async def health() -> Health:
     opt={PUBLIC: True},
     responses={503: ResponseSpec(Readiness, description="Not ready: what is missing.")},
 )
-async def ready(search_service: SearchService) -> Response[Readiness]:
+async def ready(pipeline: SearchPipeline) -> Response[Readiness]:
     """Readiness: every model's batching engine running and Qdrant reachable with the collection in
     place; else 503."""
-    services = search_service.services
-    store_ok = await search_service.store_ready()
-    models_ok = search_service.models_ready
+    inference = pipeline.inference
+    store_ok = await pipeline.store_ready()
+    models_ok = inference.models_ready
     body = Readiness(
         ready=store_ok and models_ok,
         store=store_ok,
         models=models_ok,
-        embed_model=services.embedder.model_id,
-        rerank_model=services.scorer.model_id,
-        collection=services.store.collection,
-        embed_models=[served.name for served in services.embedders],
-        rerank_models=[served.name for served in services.rerankers],
+        embed_model=inference.embedder.model_id,
+        rerank_model=inference.scorer.model_id if inference.scorer is not None else "",
+        collection=pipeline.services.store.collection,
+        embed_models=[served.name for served in inference.embedders],
+        rerank_models=[served.name for served in inference.rerankers],
     )
     return Response(body, status_code=HTTP_200_OK if body.ready else HTTP_503_SERVICE_UNAVAILABLE)
 

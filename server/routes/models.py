@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 from litestar import get
 from msgspec import Meta, Struct
 
+from ragrank.inference import Inference, Served
 from ragrank.protocols import ModelRole
 from server.routes.shared import domain, error_responses
-from server.services import SearchService, Served
 
 #: When this process started serving: OpenAI's `created`, the same for every model.
 _STARTED = int(time.time())
@@ -30,6 +30,11 @@ class ModelCard(Struct, frozen=True, kw_only=True):
         list[str], Meta(description="Every name that picks it; `*` takes any name not served.")
     ]
     default: Annotated[bool, Meta(description="Whether a request that names no model gets it.")]
+    backend: Annotated[
+        str, Meta(description="What runs it: `torch`, or an OpenVINO recipe on the CPU.")
+    ]
+    dtype: Annotated[str, Meta(description="The floating-point type of its forward passes.")]
+    device: Annotated[str, Meta(description="Where it runs: `cpu`, `cuda`, `cuda:N`.")]
 
 
 class ModelList(Struct, frozen=True, kw_only=True):
@@ -38,11 +43,12 @@ class ModelList(Struct, frozen=True, kw_only=True):
 
 
 @get("/v1/models")
-async def models(search_service: SearchService) -> ModelList:
+async def models(inference: Inference) -> ModelList:
     """Every served model: the embedders, then the rerankers, each role's default first."""
-    services = search_service.services
 
-    def card(served: Served[Any], role: ModelRole, position: int) -> ModelCard:
+    def card(served: Served[Any], position: int) -> ModelCard:
+        placement = inference.placement(served)
+        role: ModelRole = served.spec.role.name
         return ModelCard(
             id=served.name,
             created=_STARTED,
@@ -50,12 +56,15 @@ async def models(search_service: SearchService) -> ModelList:
             model=served.model.model_id,
             names=list(served.names),
             default=position == 0,
+            backend=placement.backend,
+            dtype=placement.dtype,
+            device=placement.device,
         )
 
     return ModelList(
         data=[
-            *(card(s, "embedding", i) for i, s in enumerate(services.embedders)),
-            *(card(s, "rerank", i) for i, s in enumerate(services.rerankers)),
+            *(card(s, i) for i, s in enumerate(inference.embedders)),
+            *(card(s, i) for i, s in enumerate(inference.rerankers)),
         ]
     )
 

@@ -13,6 +13,7 @@ from litestar.status_codes import HTTP_200_OK
 from msgspec import Meta, Struct
 
 from ragrank.errors import InvalidRequestError
+from ragrank.inference import Inference
 from ragrank.protocols import relevance
 from server.limits import length_limit
 from server.routes.shared import (
@@ -25,7 +26,6 @@ from server.routes.shared import (
     domain,
     unless_disconnected,
 )
-from server.services import SearchService
 
 MAX_TOKENS_PER_DOC = 32_768
 
@@ -172,7 +172,7 @@ class InfinityRerankResponse(Struct, frozen=True, kw_only=True):
 
 async def _ranked(
     request: Request[Any, Any, Any],
-    search_service: SearchService,
+    inference: Inference,
     query: str,
     texts: list[str],
     *,
@@ -184,7 +184,7 @@ async def _ranked(
     """(document index, score) best first, the tokens the reranker read, and its model."""
     outcome = await unless_disconnected(
         request,
-        search_service.rerank(query, texts, max_tokens_per_doc, max_windows_per_doc, model=model),
+        inference.rerank(query, texts, max_tokens_per_doc, max_windows_per_doc, model=model),
     )
     logits = np.asarray(outcome.logits, dtype=np.float32)
     scores = logits.astype(np.float64) if raw_scores else relevance(logits)
@@ -194,13 +194,13 @@ async def _ranked(
 
 @post(["/v1/rerank", "/v2/rerank"], status_code=HTTP_200_OK)
 async def rerank(
-    data: RerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
+    data: RerankRequest, inference: Inference, request: Request[Any, Any, Any]
 ) -> RerankResponse:
     """Cohere-shaped reranking, v1 and v2, which Jina's clients call too."""
     texts = [d if isinstance(d, str) else d.text for d in data.documents]
     ranked, tokens, model = await _ranked(
         request,
-        search_service,
+        inference,
         data.query,
         texts,
         raw_scores=data.raw_scores,
@@ -230,7 +230,7 @@ async def rerank(
 
 @post("/rerank", status_code=HTTP_200_OK)
 async def rerank_tei(
-    data: TeiRerankRequest, search_service: SearchService, request: Request[Any, Any, Any]
+    data: TeiRerankRequest, inference: Inference, request: Request[Any, Any, Any]
 ) -> list[TeiRank] | InfinityRerankResponse:
     """text-embeddings-inference-shaped reranking (`texts`: a list of ranks), or
     Infinity-shaped (`documents`: Infinity's answer)."""
@@ -241,7 +241,7 @@ async def rerank_tei(
         )
     texts = data.texts or data.documents
     ranked, tokens, model = await _ranked(
-        request, search_service, data.query, texts, raw_scores=data.raw_scores, model=data.model
+        request, inference, data.query, texts, raw_scores=data.raw_scores, model=data.model
     )
     best = ranked[: data.top_n]
     if not data.texts:

@@ -11,6 +11,7 @@ from msgspec import Meta, Struct
 from ragrank.language import known_language, primary_subtag
 from ragrank.settings import FusionKind, Retrieval
 from server.limits import key_rules, length_limit, value_limit
+from server.pipeline import SearchPipeline
 from server.routes.shared import (
     MODEL_ERRORS,
     NON_BLANK,
@@ -18,7 +19,6 @@ from server.routes.shared import (
     domain,
     unless_disconnected,
 )
-from server.services import SearchService
 
 #: The most RRF's `k` may be set to: far past the point where it changes any order.
 MAX_RRF_K = 100_000
@@ -211,7 +211,7 @@ class SearchResponse(Struct, frozen=True, kw_only=True):
 
 @post("/v1/search", status_code=HTTP_200_OK)
 async def search(
-    data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
+    data: SearchRequest, pipeline: SearchPipeline, request: Request[Any, Any, Any]
 ) -> SearchResponse:
     """Retrieve `candidates` chunks (dense, BM25 or hybrid), rerank them, return `top_k`."""
     # A code BM25 has no analyser for is analysed as any such language is: words unstemmed.
@@ -220,7 +220,7 @@ async def search(
         language = known_language(data.language) or primary_subtag(data.language)
     outcome = await unless_disconnected(
         request,
-        search_service.search(
+        pipeline.search(
             data.query,
             top_k=data.top_k,
             candidates=max(data.candidates, data.top_k),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -21,6 +21,7 @@ from eval.command import run_eval, store_factory
 from eval.exact import faiss_build
 from eval.options import EvalOptions
 from eval.suite import evaluate_dataset
+from ragrank.inference import Inference
 from ragrank.settings import Settings
 from ragrank.sparse import Bm25Params, QdrantBm25
 from ragrank.tokens import ModelInput, WindowPlan
@@ -67,6 +68,18 @@ def write_collection(root: Path) -> dict[str, dict[str, int]]:
         "query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n"
     )
     return qrels
+
+
+def evaluate(
+    root: Path, embedder: Any, scorer: Any, options: EvalOptions, *args: Any, **kwargs: Any
+) -> Any:
+    """`evaluate_dataset` with `scorer` reranking through an offline inference, as the eval
+    command runs it."""
+    if scorer is None:
+        return evaluate_dataset(root, embedder, None, options, *args, **kwargs)
+    inference = Inference.of(Settings(), embedders=[embedder], rerankers=[scorer], offline=True)
+    with inference.running():
+        return evaluate_dataset(root, embedder, inference, options, *args, **kwargs)
 
 
 class OracleScorer(Launches):
@@ -126,14 +139,12 @@ def test_an_oracle_reranker_scores_one_and_a_reversed_one_the_known_value(tmp_pa
     qrels = write_collection(root)
     options = EvalOptions(systems=("cosine", "reranked"), candidates=10, progress=False)
 
-    perfect = evaluate_dataset(root, FakeEmbedder(), OracleScorer(qrels, root), options)
+    perfect = evaluate(root, FakeEmbedder(), OracleScorer(qrels, root), options)
     assert perfect.scores["reranked"].means["ndcg@10"] == pytest.approx(1.0)
     assert perfect.scores["reranked"].means["mrr@10"] == pytest.approx(1.0)
     assert "unjudged" not in perfect.queries and len(perfect.queries) == 6
 
-    reversed_ = evaluate_dataset(
-        root, FakeEmbedder(), OracleScorer(qrels, root, reverse=True), options
-    )
+    reversed_ = evaluate(root, FakeEmbedder(), OracleScorer(qrels, root, reverse=True), options)
     # All ten documents are candidates, scored minus their grade: grade 2 lands at rank 10 and,
     # when a query has one, grade 1 at rank 9; judged-0 and unjudged documents fill ranks 1-8.
     # Queries 0-3 have both grades, queries 4 and 5 grade 2 only.
@@ -246,9 +257,9 @@ def test_a_second_run_reuses_the_cached_corpus_embeddings(tmp_path: Path):
         systems=("cosine", "reranked"), cache_dir=tmp_path / "cache", progress=False
     )
     embedder = CountingEmbedder()
-    first = evaluate_dataset(root, embedder, OracleScorer(qrels, root), options)
+    first = evaluate(root, embedder, OracleScorer(qrels, root), options)
     assert embedder.passages == 10 and first.timings["corpus_cached"] == 0.0
-    second = evaluate_dataset(
+    second = evaluate(
         root,
         embedder,
         OracleScorer(qrels, root, reverse=True),
@@ -297,9 +308,7 @@ def test_the_embedder_is_compared_against_a_baseline_embedder(tmp_path: Path):
     root = tmp_path / "known"
     write_collection(root)
     options = EvalOptions(systems=("cosine",), progress=False)
-    result = evaluate_dataset(
-        root, FakeEmbedder(), None, options, baseline_embedder=RandomEmbedder()
-    )
+    result = evaluate(root, FakeEmbedder(), None, options, baseline_embedder=RandomEmbedder())
     assert set(result.scores) == {"cosine", "cosine-baseline"}
     (comparison,) = result.comparisons
     assert (comparison.challenger, comparison.baseline) == ("cosine", "cosine-baseline")
@@ -313,7 +322,7 @@ def test_the_embedder_is_compared_against_a_baseline_embedder(tmp_path: Path):
     assert comparison.wins + comparison.ties + comparison.losses == 6
     assert comparison.wins == sum(d > 0 for d in per_query)
 
-    same = evaluate_dataset(root, FakeEmbedder(), None, options, baseline_embedder=FakeEmbedder())
+    same = evaluate(root, FakeEmbedder(), None, options, baseline_embedder=FakeEmbedder())
     assert same.comparisons[0].delta["ndcg@10"] == 0
     assert same.comparisons[0].ties == 6
 
@@ -356,7 +365,7 @@ def test_ann_runs_against_a_store_from_the_factory(tmp_path: Path, embedder):
     root = tmp_path / "known"
     write_collection(root)
     options = EvalOptions(systems=("cosine", "ann"), progress=False)
-    result = evaluate_dataset(root, embedder, None, options, store_factory(Settings()))
+    result = evaluate(root, embedder, None, options, store_factory(Settings()))
     assert result.ann_recall == {"recall@10": 1.0, "recall@100": 1.0}
     assert result.scores["ann"].means == pytest.approx(result.scores["cosine"].means)
 
@@ -371,7 +380,7 @@ def test_bm25_and_hybrid_run_through_qdrant_and_oracle_bounds_each_reranker(tmp_
         candidates=3,
         progress=False,
     )
-    result = evaluate_dataset(
+    result = evaluate(
         root,
         RandomEmbedder(),
         OracleScorer(qrels, root),
@@ -524,7 +533,7 @@ def test_eval_runs_on_cuda_and_matches_the_cpu_ranking(
         settings = Settings(
             embed_model=str(tiny_embedder_path), rerank_model=str(tiny_reranker_path), device=device
         )
-        results[device] = evaluate_dataset(
+        results[device] = evaluate(
             root,
             SentenceTransformerEmbedder.from_settings(settings),
             CrossEncoderScorer.from_settings(settings),

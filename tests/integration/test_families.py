@@ -223,18 +223,19 @@ def test_a_qwen3_reranker_serves_raw_scores_and_their_sigmoid(
 ):
     """Over HTTP, as for cross-encoders: `raw_scores` gives the log-odds of `yes`, and the
     default its sigmoid, the probability of `yes` against `no`."""
-    import dataclasses
 
     from litestar.testing import TestClient
 
     from ragrank.protocols import relevance
     from ragrank.settings import Settings
     from server import create_app
+    from tests.fakes import swap_models
 
     scorer = CrossEncoderScorer(str(families["qwen3-reranker"]), placement=CPU)
-    services = dataclasses.replace(fake_services, scorer=scorer)
+    settings = Settings(device="cpu")
+    services = swap_models(fake_services, settings, rerankers=[scorer])
     logits = scorer.score(QUERIES[0], PASSAGES)
-    with TestClient(create_app(Settings(device="cpu"), services=services)) as client:
+    with TestClient(create_app(settings, services=services)) as client:
         for raw in (True, False):
             body = {"query": QUERIES[0], "documents": PASSAGES, "raw_scores": raw}
             answer = client.post("/v1/rerank", json=body)

@@ -14,6 +14,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from cli import main
+from cli.compose import load_services
 from eval.finetune.data import TrainingData
 from eval.finetune.reranker import load_base, training_rows
 from eval.options import FinetuneOptions
@@ -22,7 +23,7 @@ from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbed
 from ragrank.beir import load_beir, load_qrels
 from ragrank.errors import ModelLoadError
 from ragrank.settings import Settings
-from server import Services, create_app
+from server import create_app
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -102,7 +103,7 @@ async def test_the_fine_tuned_reranker_is_served_by_the_server(
     assert logits.shape == (2,)
     assert np.isfinite(logits).all()
 
-    services = Services.load(replace(settings, rerank_model=str(folder)))
+    services = load_services(replace(settings, rerank_model=str(folder)))
     try:
         app = create_app(replace(settings, rerank_model=str(folder)), services=services)
         async with AsyncTestClient(app=app) as client:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -21,7 +20,7 @@ from ragrank.jobs.sqlite import SqliteJobQueue
 from ragrank.settings import Settings
 from server import create_app
 from server.services import Services
-from tests.fakes import FakeEmbedder, FakeScorer
+from tests.fakes import FakeEmbedder, fake_inference, swap_models
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -102,10 +101,7 @@ async def test_api_replicas_share_only_qdrant_and_the_job_queue(
         create_app(
             settings,
             services=Services(
-                embedder=FakeEmbedder(),
-                scorer=FakeScorer(),
-                store=fake_services.store,
-                sparse=fake_services.sparse,
+                inference=fake_inference(), store=fake_services.store, sparse=fake_services.sparse
             ),
         )
         for _ in range(2)
@@ -200,7 +196,7 @@ def test_a_refusal_by_qdrant_is_not_retried_but_fails_the_document(
 
 def test_one_bad_document_fails_alone_with_its_error(fake_services: Services, tmp_path: Path):
     jobs = SqliteJobQueue(tmp_path / "jobs.sqlite3")
-    services = replace(fake_services, embedder=PoisonedEmbedder())
+    services = swap_models(fake_services, embedders=[PoisonedEmbedder()])
     batch = [
         Document(doc_id="good1", text="fine words"),
         Document(doc_id="bad", text="this is POISON"),

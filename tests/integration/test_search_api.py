@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from litestar.testing import AsyncTestClient
 
+from cli.compose import load_services
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
@@ -34,7 +35,7 @@ def settings(
 
 @pytest.fixture(scope="module")
 def services(settings: Settings) -> Iterator[Services]:
-    services = Services.load(settings)
+    services = load_services(settings)
     Indexer.from_settings(settings, services.embedder, services.store).index(
         load_beir(SAMPLE_DATASET).corpus.values(), progress=False
     )
@@ -91,7 +92,7 @@ async def test_reranked_order_follows_the_cross_encoder_over_the_cosine_candidat
     assert {key(h) for h in reranked["results"]} == {key(h) for h in cosine["results"]}
     # Score the same candidates independently and check every hit got its own score.
     passages = [f"{h['title']} {h['text']}" for h in cosine["results"]]
-    expected = relevance(services.scorer.score(QUERY, passages))
+    expected = relevance(services.inference.scorer.score(QUERY, passages))
     by_key = {key(h): s for h, s in zip(cosine["results"], expected, strict=True)}
     for hit in reranked["results"]:
         assert hit["score"] == pytest.approx(by_key[key(hit)], abs=1e-6)

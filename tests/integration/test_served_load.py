@@ -10,11 +10,12 @@ import pytest
 import torch
 from litestar.testing import TestClient
 
+from cli.compose import load_services
 from eval.random_models import save_tiny_family
 from ragrank.backends.models import CrossEncoderScorer
 from ragrank.errors import ModelLoadError
 from ragrank.memory import weights_bytes
-from server import Services, create_app
+from server import create_app
 from tests.conftest import tiny_settings
 
 if TYPE_CHECKING:
@@ -42,14 +43,16 @@ def test_two_rerankers_load_from_settings_and_each_answers_by_name(
     settings = tiny_settings(tmp_path, tiny_embedder_path, tiny_reranker_path).replace(
         rerank_models=f"bge={tiny_reranker_path},qwen={qwen_path}"
     )
-    services = Services.load(settings)
+    services = load_services(settings)
     try:
-        assert [s.name for s in services.rerankers] == ["bge", "qwen"]
+        assert [s.name for s in services.inference.rerankers] == ["bge", "qwen"]
         documents = ["The Rhine flows into the North Sea.", "Tea grows in Darjeeling."]
         # Each model scored directly: the routes must hand each name to its own model.
-        expected = {s.name: s.model.score("rivers", documents) for s in services.rerankers}
-        assert type(services.rerankers[1].model) is CrossEncoderScorer
-        assert services.rerankers[1].model.family.name == "qwen3-reranker"
+        expected = {
+            s.name: s.model.score("rivers", documents) for s in services.inference.rerankers
+        }
+        assert type(services.inference.rerankers[1].model) is CrossEncoderScorer
+        assert services.inference.rerankers[1].model.family.name == "qwen3-reranker"
         assert expected["bge"].tolist() != pytest.approx(expected["qwen"].tolist(), abs=1e-3)
         with TestClient(create_app(settings, services=services)) as client:
             for name, logits in expected.items():
@@ -78,11 +81,13 @@ def test_a_set_that_does_not_fit_is_refused_at_start_up_with_the_figures(
     )
     # Free memory for all of them, but not once the share for the batches is set aside (the
     # test above loads the same set with the machine's real free memory).
-    monkeypatch.setattr("server.services.available_bytes", lambda device: int(needed * 1.1))
+    monkeypatch.setattr(
+        "ragrank.backends.serving.available_bytes", lambda device: int(needed * 1.1)
+    )
     loaded: list[str] = []
     monkeypatch.setattr(torch.nn.Module, "eval", lambda self: loaded.append("x") or self)
     with pytest.raises(ModelLoadError) as refused:
-        Services.load(settings)
+        load_services(settings)
     message = str(refused.value)
     assert "GiB of weights in float32" in message and "RAGRANK_MODEL_MEMORY_SHARE=0.8" in message
     assert "bge" in message and "qwen" in message

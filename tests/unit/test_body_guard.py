@@ -85,7 +85,7 @@ async def test_every_body_limit_is_a_400_naming_it_on_every_route(
     client: AsyncTestClient, indexed_services: Services, route: str, limit: str
 ):
     assert (await client.post(route, json=BODIES[route])).status_code in (200, 202)
-    calls = len(indexed_services.scorer.batches), len(indexed_services.embedder.seen)
+    calls = len(indexed_services.inference.scorer.batches), len(indexed_services.embedder.seen)
     response = await client.post(
         route, content=_breaking(route, limit), headers={"content-type": "application/json"}
     )
@@ -93,7 +93,7 @@ async def test_every_body_limit_is_a_400_naming_it_on_every_route(
     error = response.json()["error"]
     assert f"RAGRANK_{limit.upper()}" in error["message"], error
     assert error["field"], error  # where in the body the limit was passed
-    after = len(indexed_services.scorer.batches), len(indexed_services.embedder.seen)
+    after = len(indexed_services.inference.scorer.batches), len(indexed_services.embedder.seen)
     assert after == calls  # refused before any model saw it
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,9 +11,12 @@ import pytest
 from eval.embedding_cache import EmbeddingCache, cache_key
 from eval.exact import ExactIndex
 from eval.runs import overlap_recall, ranked, rerank_run
-from tests.fakes import FakeScorer
+from ragrank.inference import Inference
+from ragrank.settings import Settings
+from tests.fakes import FakeEmbedder, FakeScorer
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 
@@ -34,20 +38,24 @@ def test_exact_index_returns_numpys_brute_force_top_k():
     assert ExactIndex(passages[:5], gpu=False).search(queries, 100)[1].shape == (7, 5)
 
 
+@contextmanager
+def _offline(scorer: FakeScorer, *, batch_size: int) -> Iterator[Inference]:
+    """An offline inference of the fake scorer, running on its own loop."""
+    settings = Settings(rerank_batch_size=batch_size, rerank_batch_tokens=10_000)
+    inference = Inference.of(settings, embedders=[FakeEmbedder()], rerankers=[scorer], offline=True)
+    with inference.running():
+        yield inference
+
+
 def test_rerank_orders_the_candidates_by_score_and_keeps_the_rest_below():
     first_stage = {"q": {f"d{i}": 1.0 - i / 10 for i in range(6)}}
     # FakeScorer scores by passage length: longer first.
     passages = {f"d{i}": "word " * (1 + i) for i in range(6)}
-    run, pairs = rerank_run(
-        FakeScorer(),
-        {"q": "query"},
-        first_stage,
-        passages,
-        candidates=3,
-        batch_size=2,
-        batch_tokens=10_000,
-        progress=False,
-    )
+    scorer = FakeScorer()
+    with _offline(scorer, batch_size=2) as inference:
+        run, pairs = rerank_run(
+            inference, {"q": "query"}, first_stage, passages, candidates=3, progress=False
+        )
     assert ranked(run["q"]) == ["d2", "d1", "d0", "d3", "d4", "d5"]
     assert pairs == 3
 
@@ -56,16 +64,15 @@ def test_a_long_document_scores_its_best_window():
     scorer = FakeScorer()
     long_document = " ".join(["x"] * 100 + ["y" * 80])  # the second window holds the long word
     passages = {"long": long_document, "short": "tiny"}
-    run, pairs = rerank_run(
-        scorer,
-        {"q": "query"},
-        {"q": {"long": 0.5, "short": 0.9}},
-        passages,
-        candidates=2,
-        batch_size=8,
-        batch_tokens=10_000,
-        progress=False,
-    )
+    with _offline(scorer, batch_size=8) as inference:
+        run, pairs = rerank_run(
+            inference,
+            {"q": "query"},
+            {"q": {"long": 0.5, "short": 0.9}},
+            passages,
+            candidates=2,
+            progress=False,
+        )
     windows = [p for batch in scorer.batches for _, p in batch if p != "tiny"]
     assert len(windows) >= 2 and pairs == len(windows) + 1
     assert run["q"]["long"] == pytest.approx(max(len(w) / 20.0 - 3.0 for w in windows))

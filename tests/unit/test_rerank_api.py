@@ -12,7 +12,7 @@ DOCUMENTS = ["short one", "a much longer document about rivers and seas", "mediu
 
 @pytest.fixture
 def client(fake_client, fake_services):
-    fake_client.scorer = fake_services.scorer
+    fake_client.scorer = fake_services.inference.scorer
     return fake_client
 
 

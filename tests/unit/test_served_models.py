@@ -5,37 +5,48 @@ its names or its model id; absent, or a name no served model answers to, it gets
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
 from ragrank.errors import SettingsError
+from ragrank.inference import Served, role_spec
+from ragrank.roles import EMBEDDING, RERANK, Role
 from ragrank.settings import ANY_NAME, ServedModel, Settings, parse_served
 from server import create_app
-from server.services import Served, Services
-from tests.fakes import NarrowEmbedder, ShortFirstScorer
+from tests.fakes import NarrowEmbedder, ShortFirstScorer, swap_models
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from server.services import Services
+
 DOCUMENTS = ["short one", "a much longer document about rivers and seas", "medium text here"]
 
 
-def _several(services: Services, *, any_name: bool = False) -> Services:
-    second = ShortFirstScorer()
+def _several(
+    services: Services, settings: Settings | None = None, *, any_name: bool = False
+) -> Services:
+    settings = settings or Settings()
+    second, narrow = ShortFirstScorer(), NarrowEmbedder()
+    scorer, embedder = services.inference.scorer, services.embedder
     default_names = ("bge", ANY_NAME) if any_name else ("bge", "BAAI/bge-reranker-v2-m3")
-    return dataclasses.replace(
+
+    def served(role: Role, names: tuple[str, ...], model: Any) -> Served[Any]:
+        return Served(role_spec(settings, role, model.model_id, names), model)
+
+    return swap_models(
         services,
-        rerankers=(
-            Served(default_names, services.scorer),
-            Served(("short", second.model_id), second),
-        ),
-        embedders=(
-            Served(("e5", services.embedder.model_id), services.embedder),
-            Served(("narrow",), NarrowEmbedder()),
-        ),
+        settings,
+        rerankers=[
+            served(RERANK, default_names, scorer),
+            served(RERANK, ("short", second.model_id), second),
+        ],
+        embedders=[
+            served(EMBEDDING, ("e5", embedder.model_id), embedder),
+            served(EMBEDDING, ("narrow",), narrow),
+        ],
     )
 
 
@@ -98,7 +109,8 @@ async def test_by_default_a_name_no_model_has_gets_the_default_on_every_route(
 async def test_strict_names_make_an_unknown_model_a_400_listing_the_served_ones(
     indexed_services: Services,
 ):
-    app = create_app(Settings(model_names="strict"), services=_several(indexed_services))
+    settings = Settings(model_names="strict")
+    app = create_app(settings, services=_several(indexed_services, settings))
     async with AsyncTestClient(app=app) as client:
         await _strict_answers(client)
         schema = (await client.get("/schema/openapi.json")).json()["components"]["schemas"]
@@ -122,9 +134,8 @@ async def _strict_answers(client: AsyncTestClient) -> None:
 
 
 async def test_a_catch_all_name_takes_any_name_no_other_model_has(indexed_services: Services):
-    app = create_app(
-        Settings(model_names="strict"), services=_several(indexed_services, any_name=True)
-    )
+    settings = Settings(model_names="strict")
+    app = create_app(settings, services=_several(indexed_services, settings, any_name=True))
     async with AsyncTestClient(app=app) as client:
         assert await _order(client, model="rerank-v3.5") == [1, 2, 0]
         assert await _order(client, model="short") == [0, 2, 1]

@@ -22,7 +22,7 @@ from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
 from ragrank.store import open_store
 from server import Services, create_app
-from tests.fakes import FakeEmbedder, FakeScorer
+from tests.fakes import FakeScorer, fake_inference, swap_models
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -47,7 +47,7 @@ async def test_the_query_is_embedded_with_the_query_prefix(client, indexed_servi
 async def test_search_tokenises_on_host_threads_only(client, indexed_services):
     """The event loop and the models' threads never tokenise: the query is tokenised once per
     model, on the host pool."""
-    embedder, scorer = indexed_services.embedder, indexed_services.scorer
+    embedder, scorer = indexed_services.embedder, indexed_services.inference.scorer
     before = len(embedder.vocabulary.threads), len(scorer.vocabulary.threads)
     response = await client.post(
         "/v1/search", json={"query": "heat pumps", "top_k": 5, "candidates": 5}
@@ -65,7 +65,7 @@ async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, indexed_se
         await client.post("/v1/search", json={"query": "river sea", "top_k": 4, "candidates": 12})
     ).json()
     # FakeScorer scores by passage length: longest first.
-    pairs = [pair for batch in indexed_services.scorer.batches for pair in batch]
+    pairs = [pair for batch in indexed_services.inference.scorer.batches for pair in batch]
     assert {query for query, _ in pairs} == {"river sea"}
     passages = [passage for _, passage in pairs]
     assert len(passages) == 12
@@ -76,7 +76,7 @@ async def test_reranking_orders_by_the_scorer_and_keeps_top_k(client, indexed_se
 
 async def test_no_scorer_call_without_rerank(client, indexed_services):
     await client.post("/v1/search", json={"query": "river", "rerank": False})
-    assert indexed_services.scorer.batches == []
+    assert indexed_services.inference.scorer.batches == []
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ async def test_limits_are_settings_checked_before_any_model_work(indexed_service
         max_embed_inputs=2,
         jobs_path=tmp_path / "jobs.sqlite3",
     )
-    scorer = indexed_services.scorer
+    scorer = indexed_services.inference.scorer
     calls = len(scorer.batches)
     app = create_app(settings, services=indexed_services)
     async with AsyncTestClient(app=app) as client:
@@ -261,9 +261,7 @@ async def test_unknown_routes_get_a_json_404(client):
 
 async def test_an_unreachable_store_means_503_and_not_ready():
     store = open_store(Settings(qdrant_url="http://127.0.0.1:9", collection="t"))
-    services = Services(
-        embedder=FakeEmbedder(), scorer=FakeScorer(), store=store, sparse=sparse_encoder(Settings())
-    )
+    services = Services(inference=fake_inference(), store=store, sparse=sparse_encoder(Settings()))
     try:
         async with AsyncTestClient(app=create_app(Settings(), services=services)) as client:
             ready = await client.get("/ready")
@@ -281,8 +279,10 @@ class DyingScorer(FakeScorer):
         raise ModelFailedError("CUDA error: an illegal memory access was encountered")
 
 
-def _with_scorer(services: Services, scorer: FakeScorer) -> Services:
-    return replace(services, scorer=scorer)
+def _with_scorer(
+    services: Services, scorer: FakeScorer, settings: Settings | None = None
+) -> Services:
+    return swap_models(services, settings, rerankers=[scorer])
 
 
 @asynccontextmanager
@@ -313,7 +313,7 @@ async def test_concurrent_searches_share_reranker_batches(indexed_services):
         running = [search(first)]
         await _until(scorer.started.is_set)
         running += [search(query) for query in others]
-        engine = app.state.search_service.score_engine
+        engine = app.state.inference.engines[-1]
         # Every request's six pairs are collated or queued behind the held batch.
         await _until(lambda: engine.queue_depth + sum(map(len, scorer.collated)) == 4 * 6)
         scorer.release.set()
@@ -358,13 +358,13 @@ async def _until(condition, timeout_s: float = 30.0) -> None:
 
 async def test_a_full_rerank_queue_answers_429_with_retry_after(indexed_services):
     scorer = HeldScorer()
-    services = _with_scorer(indexed_services, scorer)
-    app = create_app(Settings(queue_size=5, batch_wait_ms=0), services=services)
+    settings = Settings(queue_size=5, batch_wait_ms=0)
+    app = create_app(settings, services=_with_scorer(indexed_services, scorer, settings))
     body = {"query": "river", "top_k": 5, "candidates": 5}
     async with concurrent_client(app) as client:
         first = asyncio.create_task(client.post("/v1/search", json=body))
         await _until(scorer.started.is_set)  # its 5 pairs are in the worker now
-        engine = app.state.search_service.score_engine
+        engine = app.state.inference.engines[-1]
         # The next batch is taken off the queue and collated while the first runs.
         second = asyncio.create_task(client.post("/v1/search", json=body))
         await _until(lambda: engine.queue_depth == 0 and len(scorer.collated) == 2)
@@ -476,7 +476,8 @@ async def test_search_recovers_by_itself_when_qdrant_returns(fake_services):
 
 async def test_a_client_that_disconnects_has_its_queued_items_dropped(indexed_services):
     scorer = HeldScorer()
-    app = create_app(Settings(batch_wait_ms=0), services=_with_scorer(indexed_services, scorer))
+    settings = Settings(batch_wait_ms=0)
+    app = create_app(settings, services=_with_scorer(indexed_services, scorer, settings))
     body = json.dumps({"query": "coffee espresso", "top_k": 3, "candidates": 3}).encode()
     pending = [{"type": "http.request", "body": body, "more_body": False}]
     gone = asyncio.Event()
@@ -531,7 +532,8 @@ async def test_models_warm_up_before_readiness_unless_turned_off(
     indexed_services, warmup: str, warm_ups: int
 ):
     scorer = FakeScorer()
-    app = create_app(Settings(warmup=warmup), services=_with_scorer(indexed_services, scorer))
+    settings = Settings(warmup=warmup)
+    app = create_app(settings, services=_with_scorer(indexed_services, scorer, settings))
     async with AsyncTestClient(app=app) as client:
         assert (await client.get("/ready")).status_code == 200
         assert scorer.warm_ups == warm_ups
