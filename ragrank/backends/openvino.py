@@ -28,11 +28,14 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import numpy as np
 import torch
 
+from ragrank.backends.agreement import Measured, require_floor
+from ragrank.backends.packing import PaddedBatch
+from ragrank.backends.torch_runner import TorchRunner, sorted_batches
 from ragrank.errors import ModelLoadError
 from ragrank.roles import EMBEDDING, Role
 from ragrank.settings import PRESET_CPU_BACKENDS, OpenVinoBackend, env_name
@@ -41,6 +44,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from numpy.typing import NDArray
+
+    from ragrank.backends.packing import Batch
+    from ragrank.tokens import ModelInput
 
 log = logging.getLogger(__name__)
 
@@ -350,3 +356,122 @@ def release(module: torch.nn.Module) -> None:
     """Free `module`'s tensors once the compiled model replaces it (the compiled model holds
     its own copy of the weights)."""
     module.to("meta")
+
+
+class Traced(torch.nn.Module):  # type: ignore[misc]  # untyped in torch
+    """A model and what a role computes with it from a padded batch's features, as one
+    forward: what OpenVINO traces, so its graph returns what the torch path returns."""
+
+    def __init__(
+        self, model: Any, compute: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.compute = [compute]  # in a list: a plain callable, never a submodule
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        features = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            features["token_type_ids"] = token_type_ids
+        return self.compute[0](self.model, features)
+
+
+#: Items in each batch that static quantisation calibrates on.
+CALIBRATION_BATCH = 16
+
+
+def calibration_batches(runner: TorchRunner, inputs: Sequence[ModelInput]) -> Calibration:
+    """`inputs` as length-sorted padded batches, in the arrays OpenVINO reads."""
+    batches = []
+    for rows in sorted_batches([len(i) for i in inputs], CALIBRATION_BATCH):
+        batch = runner.collate([inputs[i] for i in rows], packed=False)
+        assert isinstance(batch, PaddedBatch)
+        batches.append({k: v.numpy() for k, v in batch.features.items()})
+    return batches
+
+
+def traced_example(runner: TorchRunner, inputs: Sequence[ModelInput]) -> dict[str, torch.Tensor]:
+    """A padded batch to trace with, of inputs of different lengths, so that the traced graph
+    takes the attention mask's padded path, which every batch shape then runs."""
+    assert len({len(i) for i in inputs}) > 1, "a traced batch needs padding"
+    batch = runner.collate(inputs, packed=False)
+    assert isinstance(batch, PaddedBatch)
+    return dict(batch.features)
+
+
+def compiled_forward(compiled: CompiledModel) -> Callable[[Batch], torch.Tensor]:
+    """A compiled model as a runner's forward pass: padded batches only."""
+
+    def forward(batch: Batch) -> torch.Tensor:
+        assert isinstance(batch, PaddedBatch), "a compiled model runs padded batches"
+        return torch.from_numpy(compiled(batch.features))
+
+    return forward
+
+
+Measure = TypeVar("Measure")
+Gated = TypeVar("Gated", bound=Measured)
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """What a model hands the one compile step: what to trace, with what, and its name."""
+
+    role: Role
+    model_id: str
+    backend: str
+    #: The model and what its role computes with it, as one traceable forward.
+    module: Traced
+    #: The transformers model inside it, whose attention is made traceable.
+    transformer: Any
+    example: dict[str, torch.Tensor]
+    calibration: Callable[[], Calibration]
+    #: Names what `module` computes from the model's files (its pooling, its head).
+    graph: str
+
+
+def compile_and_gate(
+    runner: TorchRunner,
+    job: CompileJob,
+    *,
+    cache: Path,
+    floor: float,
+    measure: Callable[[], Measure],
+    compare: Callable[[Measure, Measure], Gated],
+    install: Callable[[Callable[[Batch], torch.Tensor]], None],
+) -> tuple[Conversion, Gated]:
+    """The one way a model moves to a compiled backend: convert (or read from `cache`), swap
+    the compiled forward in (`install`), and keep it only if what the model computes
+    (`measure`) still agrees with torch float32's by `compare`, at least `floor`; the torch
+    weights are then released."""
+    require_runtime(job.role, job.backend, runner.device)
+    runner.pad_only(job.backend)
+    reference = measure()
+    traceable(job.transformer)
+    compiled, conversion = compiled_model(
+        job.module.eval(),
+        role=job.role,
+        model_id=job.model_id,
+        backend=job.backend,
+        example=job.example,
+        calibration=job.calibration,
+        cache=cache,
+        graph=job.graph,
+    )
+    install(compiled_forward(compiled))
+    agreement = compare(reference, measure())
+    require_floor(agreement, role=job.role, model_id=job.model_id, backend=job.backend, floor=floor)
+    release(job.module.model)
+    log.info(
+        "%s model: %s backend in use (%s); against torch float32: %s",
+        job.role.label,
+        job.backend,
+        conversion,
+        agreement,
+    )
+    return conversion, agreement

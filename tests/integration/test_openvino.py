@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-import ragrank.backends.models
+import ragrank.backends.reranker
 from eval.random_models import save_spread_reranker, save_tiny_family
 from indexing import Indexer
 from ragrank import model_files
@@ -226,7 +226,7 @@ def test_a_reranker_below_the_floor_is_refused(
 ):
     poor = Agreement(queries=8, pairs=96, mean_spearman=0.5, min_spearman=0.1, top1=0.5,
                      max_abs_diff=0.3)  # fmt: skip
-    monkeypatch.setattr(ragrank.backends.models, "rank_agreement", lambda *_: poor)
+    monkeypatch.setattr(ragrank.backends.reranker, "rank_agreement", lambda *_: poor)
     with pytest.raises(ModelLoadError) as error:
         scorer_on(tiny_reranker_path, "openvino", cache)
     message = str(error.value)
