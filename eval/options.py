@@ -11,6 +11,7 @@ from typing import Any
 from eval.systems import DEFAULT_SYSTEMS, SYSTEMS, TOP_K, systems_help
 from ragrank.errors import SettingsError
 from ragrank.options import option
+from ragrank.roles import EMBEDDING, RERANK
 from ragrank.settings import FUSIONS
 
 #: Where corpus embeddings are kept between runs, keyed by model and corpus.
@@ -228,13 +229,13 @@ class FinetuneRole:
 
 
 FINETUNE_ROLES = {
-    "reranker": FinetuneRole(
+    RERANK.trainee: FinetuneRole(
         "train a one-logit cross-encoder (binary cross-entropy or ListNet); --base may be a "
         "cross-encoder or a plain encoder, which gets a fresh head",
         ("bce", "listnet"),
         {"loss": "bce", "batch_size": 16, "negatives": 4},
     ),
-    "embedder": FinetuneRole(
+    EMBEDDING.trainee: FinetuneRole(
         "train the bi-encoder with multiple negatives ranking (in-batch negatives plus the "
         "mined ones), keeping the query/passage prefixes",
         ("mnrl",),

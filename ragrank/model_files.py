@@ -6,24 +6,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.backends.serving import load_model
 from ragrank.errors import ModelLoadError
+from ragrank.inference import ModelSpec, model_specs
 from ragrank.loading import error_summary, local_model_folder
+from ragrank.roles import EMBEDDING
 from ragrank.settings import Settings, env_name
 
-#: (role, settings field) of every model the configuration names.
-ROLES = (("embedding", "embed_model"), ("reranking", "rerank_model"))
 
-
-def configured(settings: Settings) -> list[tuple[str, str, str]]:
-    """(role, settings field, model id) of every served model, the defaults first."""
-    served = {"embed_model": settings.served_embedders, "rerank_model": settings.served_rerankers}
-    listed = {"embed_model": "embed_models", "rerank_model": "rerank_models"}
+def configured(settings: Settings) -> list[tuple[ModelSpec, str]]:
+    """Every served model's spec, the defaults first, and the setting that names it: its
+    role's model variable, its model list, or the models file."""
+    specs = model_specs(settings)
     models = []
-    for role, field in ROLES:
-        for position, model in enumerate(served[field]):
-            models.append((role, field if position == 0 else listed[field], model.model_id))
+    for spec in specs.all:
+        role = spec.role
+        if settings.models_file is not None and spec in _from_file(settings):
+            setting = env_name("models_file")
+        elif spec is specs.of(role)[0]:
+            setting = env_name(role.setting("model"))
+        else:
+            setting = env_name(role.setting("models"))
+        models.append((spec, setting))
     return models
+
+
+def _from_file(settings: Settings) -> tuple[ModelSpec, ...]:
+    from ragrank.inference import read_models_file
+
+    assert settings.models_file is not None
+    return read_models_file(settings.models_file, settings)
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,8 @@ def pull(settings: Settings) -> list[tuple[str, str, str]]:
     from huggingface_hub import snapshot_download
 
     pulled = []
-    for role, field, model_id in configured(settings):
+    for spec, setting in configured(settings):
+        role, model_id = spec.role.label, spec.model
         if (local := local_model_folder(model_id)) is not None:
             pulled.append((role, model_id, f"local folder {local.resolve()}, nothing to pull"))
             continue
@@ -57,8 +70,7 @@ def pull(settings: Settings) -> list[tuple[str, str, str]]:
         except Exception as exc:
             raise ModelLoadError(
                 f"Could not download the {role} model {model_id!r}: {error_summary(exc)} "
-                f"Check the model id and the network, or set {env_name(field)} to a local "
-                f"folder."
+                f"Check the model id and the network, or set {setting} to a local folder."
             ) from exc
         pulled.append((role, model_id, path))
     return pulled
@@ -79,21 +91,16 @@ def source(model_id: str) -> str:
 def check(settings: Settings) -> list[ModelStatus]:
     """Load every configured model through the code the server uses and report on it."""
     statuses = []
-    for role, field, model_id in configured(settings):
+    for spec, setting in configured(settings):
         common: dict[str, Any] = {
-            "role": role,
-            "model_id": model_id,
-            "setting": env_name(field),
-            "source": source(model_id),
+            "role": spec.role.label,
+            "model_id": spec.model,
+            "setting": setting,
+            "source": source(spec.model),
         }
         try:
-            model: SentenceTransformerEmbedder | CrossEncoderScorer
-            if role == "embedding":
-                model = SentenceTransformerEmbedder.from_settings(settings, model_id)
-                dimension: int | None = model.dimension
-            else:
-                model = CrossEncoderScorer.from_settings(settings, model_id)
-                dimension = None
+            model = load_model(spec, settings)
+            dimension: int | None = model.dimension if spec.role is EMBEDDING else None
         except ModelLoadError as exc:
             statuses.append(ModelStatus(**common, loads=False, error=str(exc)))
             continue

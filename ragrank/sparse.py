@@ -293,8 +293,12 @@ def sparse_encoder(settings: Settings) -> SparseEncoder | None:
     from transformers import AutoTokenizer
 
     from ragrank.loading import load_model
+    from ragrank.roles import EMBEDDING
 
     tokenizer = load_model(
-        "embedding", settings.embed_model, env_name("embed_model"), AutoTokenizer.from_pretrained
+        EMBEDDING.label,
+        settings.embed_model,
+        env_name(EMBEDDING.setting("model")),
+        AutoTokenizer.from_pretrained,
     )
     return SubwordBm25(params, tokenizer, settings.embed_model)

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from ragrank.protocols import Embedder, Vectors
+    from ragrank.protocols import TextEmbedder as Embedder
+    from ragrank.protocols import Vectors
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from eval.finetune.trainer import (
 )
 from ragrank.errors import ModelLoadError
 from ragrank.loading import load_model
+from ragrank.roles import EMBEDDING
 from ragrank.settings import Settings, env_name
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
         query_prefix=query_prefix,
         passage_prefix=passage_prefix,
     )
-    run = open_run("embedder", options, settings)
+    run = open_run(EMBEDDING.trainee, options, settings)
     if run is None:
         return options.output / MODEL_FOLDER
     dataset, data = run.dataset, run.data
@@ -84,7 +85,7 @@ def finetune_embedder(settings: Settings, options: FinetuneOptions) -> Path:
         evaluator=validation,
     )
     return train_and_report(
-        "embedder",
+        EMBEDDING.trainee,
         run,
         options,
         trainer=trainer,
@@ -109,7 +110,8 @@ def _load_base(base: str, max_length: int, device: str) -> Any:
         model.max_seq_length = min(int(limit), max_length)
         return model
 
-    return load_model("embedding", base, f"--base (default {env_name('embed_model')})", loader)
+    setting = env_name(EMBEDDING.setting("model"))
+    return load_model(EMBEDDING.label, base, f"--base (default {setting})", loader)
 
 
 def _rows(

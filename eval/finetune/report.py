@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from eval.finetune.data import MODEL_FOLDER, VALIDATION_METRIC, TrainingData, write_json
+from ragrank.roles import RERANK, role_named
+from ragrank.settings import env_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -93,7 +95,7 @@ def write_report(
 
 
 def _markdown(report: Mapping[str, Any]) -> str:
-    setting = "RAGRANK_RERANK_MODEL" if report["role"] == "reranker" else "RAGRANK_EMBED_MODEL"
+    setting = env_name(role_named(report["role"]).setting("model"))
     queries = report["queries"]
     lines = [
         f"# Fine-tuned {report['role']}: {report['dataset']}",
@@ -150,8 +152,9 @@ def _eval_command(report: Mapping[str, Any]) -> str:
     """The `ragrank eval` that compares the fine-tuned model with what it replaces."""
     options = report["options"]
     command = f"ragrank eval --dataset {options['dataset']} --split {options['held_out_split']}"
-    if report["role"] == "reranker":
-        return f"RAGRANK_RERANK_MODEL={report['model']} {command} --systems cosine,reranked"
+    if report["role"] == RERANK.trainee:
+        setting = env_name(RERANK.setting("model"))
+        return f"{setting}={report['model']} {command} --systems cosine,reranked"
     return (
         f"{command} --systems cosine --embed-model {report['model']} "
         f"--baseline-embed-model {options['base']}"

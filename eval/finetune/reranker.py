@@ -19,6 +19,7 @@ from eval.finetune.trainer import (
 from eval.metrics import Run, score_run
 from ragrank.errors import ModelLoadError
 from ragrank.loading import load_model
+from ragrank.roles import RERANK
 from ragrank.settings import Settings, env_name
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
     if options.loss not in RERANKER_LOSSES:
         raise ModelLoadError(f"--loss {options.loss!r}: a reranker trains with bce or listnet")
     options = replace(options, base=options.base or settings.rerank_model)
-    run = open_run("reranker", options, settings)
+    run = open_run(RERANK.trainee, options, settings)
     if run is None:
         return options.output / MODEL_FOLDER
     dataset, data = run.dataset, run.data
@@ -73,7 +74,7 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
         evaluator=validation,
     )
     return train_and_report(
-        "reranker",
+        RERANK.trainee,
         run,
         options,
         trainer=trainer,
@@ -110,7 +111,7 @@ def load_base(base: str, max_length: int, device: str) -> tuple[Any, str]:
         return encoder, "trained" if classifier else "fresh"
 
     loaded: tuple[Any, str] = load_model(
-        "reranking", base, f"--base (default {env_name('rerank_model')})", loader
+        RERANK.label, base, f"--base (default {env_name(RERANK.setting('model'))})", loader
     )
     return loaded
 

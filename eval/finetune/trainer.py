@@ -25,9 +25,10 @@ from eval.finetune.data import (
 )
 from eval.finetune.report import TrainingOutcome, write_report
 from eval.metrics import Run, score_run
-from ragrank.backends.models import SentenceTransformerEmbedder
+from ragrank.backends.serving import load_inference
 from ragrank.device import resolve_placement
 from ragrank.errors import SettingsError
+from ragrank.roles import role_named
 from ragrank.settings import Settings, env_name
 
 if TYPE_CHECKING:
@@ -184,9 +185,11 @@ def open_run(role: str, options: FinetuneOptions, settings: Settings) -> OpenedR
         )
         return None
     dataset, held_out = load_dataset(options)
-    data = saved_data(options) or prepare_data(
-        dataset, held_out, SentenceTransformerEmbedder.from_settings(settings), options
-    )
+    data = saved_data(options)
+    if data is None:
+        inference = load_inference(settings, rerankers=False, offline=True)
+        with inference.running():
+            data = prepare_data(dataset, held_out, inference.bulk_embedder(), options)
     set_seed(options.seed)
     return OpenedRun(
         dataset=dataset,
@@ -227,7 +230,7 @@ def train_and_report(
         device=run.device,
     ):
         print(f"wrote {path}")
-    setting = env_name("rerank_model" if role == "reranker" else "embed_model")
+    setting = env_name(role_named(role).setting("model"))
     print(f"model: {model_folder} (serve it with {setting}={model_folder})")
     return model_folder
 
