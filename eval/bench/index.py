@@ -3,8 +3,10 @@
     python -m eval.bench.index --data ../shared/data/scifact --limit 1000
 
 The documents are chunked once; the raw encoder then embeds every chunk passage in one call (its
-best case: one global length sort, no store). The indexer then syncs the same documents into a
-fresh embedded Qdrant (chunking, length-sorted batches, upserts, stamps), and a second sync
+best case: one global length sort, no store; the one figure here of a model alone). The indexer
+then syncs the same documents into a fresh embedded Qdrant as `ragrank index` does, its passages
+embedded as bulk batches of the model's engine (`ragrank.inference`), with chunking, upserts and
+stamps; and a second sync
 shows what an unchanged run costs. The first sync is also run without BM25 sparse vectors
 (`sparse_overhead`: what they add to it), each variant `--repeat` times, alternated, the
 fastest counting (two cores shared with anything else are noisy). Then each of the dataset's
@@ -27,7 +29,7 @@ import numpy as np
 
 from eval.bench.options import IndexBenchOptions
 from indexing import Indexer, IndexSummary, read_documents
-from ragrank.backends.models import SentenceTransformerEmbedder
+from ragrank.backends.serving import load_inference
 from ragrank.options import parse_options
 from ragrank.settings import Settings
 from ragrank.sparse import sparse_encoder
@@ -35,6 +37,10 @@ from ragrank.store import open_store
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from ragrank.documents import Document
+    from ragrank.inference import Inference
+    from ragrank.protocols import Embedder
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,30 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     documents = list(islice(read_documents(corpus), args.limit))
 
     base = Settings.from_env(qdrant_url="", collection="bench")
-    dense_only = base.replace(sparse="none", retrieval="dense")
-    embedder = SentenceTransformerEmbedder.from_settings(base)
+    inference = load_inference(base, rerankers=False)
+    embedder = inference.embedder
     loaded_rss = _rss_mib()
-    passages: list[str] = []
-    raw_s = 0.0
-    runs: dict[str, tuple[IndexSummary, IndexSummary]] = {}
-    variants = [("dense_only", dense_only), ("with_sparse", base)] * max(1, args.repeat)
-    for name, variant in variants:
-        with tempfile.TemporaryDirectory() as folder:
-            settings = variant.replace(qdrant_path=Path(folder))
-            store = open_store(settings)
-            try:
-                indexer = Indexer.from_settings(settings, embedder, store)
-                if not passages:
-                    passages = [c.passage for d in documents for c in indexer.chunker.chunk(d)]
-                    embedder.embed_passages(passages[:64])  # warm-up
-                    started = time.perf_counter()
-                    embedder.embed_passages(passages)
-                    raw_s = time.perf_counter() - started
-                first = indexer.index(documents, progress=False)
-                if name not in runs or first.seconds < runs[name][0].seconds:
-                    runs[name] = (first, indexer.index(documents, progress=False))
-            finally:
-                store.close()
+    with inference.running():
+        runs, passages, raw_s = _index_runs(args, documents, base, inference)
     encoder = sparse_encoder(base)
     started = time.perf_counter()
     if encoder is not None:
@@ -80,8 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures = {
         "model": base.embed_model,
         "embed_backend": embedder.backend,
-        "agreement": str(embedder.agreement) if embedder.agreement else None,
-        "conversion": str(embedder.conversion) if embedder.conversion else None,
+        "agreement": str(getattr(embedder, "agreement", None) or "") or None,
+        "conversion": str(getattr(embedder, "conversion", None) or "") or None,
         "sparse": base.sparse,
         "documents": len(documents),
         "chunks": len(passages),
@@ -104,7 +91,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _query_p50_ms(embedder: SentenceTransformerEmbedder, data: Path, most: int = 200) -> float:
+def _index_runs(
+    args: IndexBenchOptions, documents: list[Document], base: Settings, inference: Inference
+) -> tuple[dict[str, tuple[IndexSummary, IndexSummary]], list[str], float]:
+    """Each variant's (first, unchanged) sync, the fastest of `--repeat`; the chunk passages;
+    and the raw encoder's seconds over them."""
+    dense_only = base.replace(sparse="none", retrieval="dense")
+    embedder = inference.embedder
+    passages: list[str] = []
+    raw_s = 0.0
+    runs: dict[str, tuple[IndexSummary, IndexSummary]] = {}
+    variants = [("dense_only", dense_only), ("with_sparse", base)] * max(1, args.repeat)
+    for name, variant in variants:
+        with tempfile.TemporaryDirectory() as folder:
+            settings = variant.replace(qdrant_path=Path(folder))
+            store = open_store(settings)
+            try:
+                indexer = Indexer.from_settings(settings, inference.bulk_embedder(), store)
+                if not passages:
+                    passages = [c.passage for d in documents for c in indexer.chunker.chunk(d)]
+                    embedder.embed_passages(passages[:64])  # warm-up
+                    started = time.perf_counter()
+                    embedder.embed_passages(passages)
+                    raw_s = time.perf_counter() - started
+                first = indexer.index(documents, progress=False)
+                if name not in runs or first.seconds < runs[name][0].seconds:
+                    runs[name] = (first, indexer.index(documents, progress=False))
+            finally:
+                store.close()
+    return runs, passages, raw_s
+
+
+def _query_p50_ms(embedder: Embedder, data: Path, most: int = 200) -> float:
     """Median milliseconds to embed one of the dataset's queries alone."""
     queries = [document.text for document in islice(read_documents(data / "queries.jsonl"), most)]
     embedder.embed_queries(queries[:8])  # warm-up

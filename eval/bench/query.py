@@ -24,7 +24,7 @@ import torch
 from eval.bench.harness import free_port, ragrank_command, server_process
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
-from ragrank.backends.models import SentenceTransformerEmbedder
+from ragrank.backends.serving import load_inference
 from ragrank.beir import load_beir
 from ragrank.device import resolve_placement
 from ragrank.errors import RagrankError
@@ -67,11 +67,12 @@ def _measure(base: str, queries: list[str], candidates: int, repeat: int) -> dic
 
 def _index_sample(settings: Settings) -> str:
     """Index the sample into the settings' folder, and close it for the server to open."""
+    inference = load_inference(settings, rerankers=False)
     store = open_store(settings)
     try:
-        embedder = SentenceTransformerEmbedder.from_settings(settings)
-        indexer = Indexer.from_settings(settings, embedder, store)
-        return str(indexer.index(load_beir(SAMPLE_DATASET).corpus.values(), progress=False))
+        with inference.running():
+            indexer = Indexer.from_settings(settings, inference.bulk_embedder(), store)
+            return str(indexer.index(load_beir(SAMPLE_DATASET).corpus.values(), progress=False))
     finally:
         store.close()
 

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 from eval.bench.options import QueueBenchOptions
 from eval.random_models import save_tiny_model
 from indexing import Indexer, Worker
-from ragrank.backends.models import SentenceTransformerEmbedder
+from ragrank.backends.serving import load_inference
 from ragrank.documents import Document
 from ragrank.jobs.postgres import PostgresJobQueue
 from ragrank.jobs.sqlite import SqliteJobQueue
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     from ragrank.jobs import Job, JobQueue
-    from ragrank.protocols import Embedder
+    from ragrank.protocols import TextEmbedder as Embedder
 
 # The victim of the recovery run: claims the one job, renews its lease, never finishes.
 _VICTIM = """
@@ -70,11 +70,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not admin:
         print("eval.bench.queue: give --postgres-url or set RAGRANK_JOBS_URL", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp, bench_database(admin) as url:
+    with (
+        ExitStack() as stack,
+        tempfile.TemporaryDirectory() as tmp,
+        bench_database(admin) as url,
+    ):
         folder = Path(tmp)
         model = save_tiny_model("embedder", folder / "tiny-multilingual-e5")
         settings = Settings(embed_model=str(model), device="cpu", collection="bench")
-        embedder = SentenceTransformerEmbedder.from_settings(settings)
+        inference = load_inference(settings, rerankers=False)
+        stack.enter_context(inference.running())
+        embedder = inference.bulk_embedder()
         engines: dict[str, Callable[[], JobQueue]] = {
             "sqlite": lambda: SqliteJobQueue(folder / "jobs.sqlite3"),
             "postgres": lambda: PostgresJobQueue(url),

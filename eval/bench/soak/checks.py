@@ -52,7 +52,7 @@ def jobs_done(soak: Soak, finished: dict[str, str], queue: list[Any]) -> dict[st
 def replay(settings: Settings, queue: list[Any], work: Path) -> dict[str, Any]:
     """Run the queue's jobs again, in order, on a fresh store, and compare the two."""
     from indexing import Worker
-    from ragrank.backends.models import SentenceTransformerEmbedder
+    from ragrank.backends.serving import load_inference
     from ragrank.jobs import open_job_queue
     from ragrank.store import open_store
 
@@ -65,12 +65,14 @@ def replay(settings: Settings, queue: list[Any], work: Path) -> dict[str, Any]:
             jobs.add_upsert(job.documents())
         else:
             jobs.add_delete(str(job.payload["doc_id"]))
-    embedder = SentenceTransformerEmbedder.from_settings(settings)
+    inference = load_inference(settings, rerankers=False)
     replayed = open_store(fresh)
     served = open_store(settings)
     try:
-        replayed.ensure_collection(embedder.dimension)
-        Worker.from_settings(fresh, embedder, replayed, jobs).run_once()
+        with inference.running():
+            embedder = inference.bulk_embedder()
+            replayed.ensure_collection(embedder.dimension)
+            Worker.from_settings(fresh, embedder, replayed, jobs).run_once()
         ours, theirs = points(served), points(replayed)
     finally:
         replayed.close()
