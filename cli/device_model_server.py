@@ -1,8 +1,9 @@
-"""`python -m cli.device_model_server SPEED`: `ragrank serve`, configured from the environment
-as usual, with its default reranker's forward pass replaced by the calibrated device model
-(`eval.bench.device_model`) at SPEED times the measured GPU (0: instant). `make bench-served`
-starts it; it wires the eval's device model into the server, which only the composition root
-may do."""
+"""`python -m cli.device_model_server SPEED [--embedder]`: `ragrank serve`, configured from the
+environment as usual, with its default reranker's forward pass (and with `--embedder` its
+default embedder's too) replaced by the calibrated device model (`eval.bench.device_model`) at
+SPEED times the measured GPU (0: instant). `make bench-served` and the search-while-indexing
+benchmark start it; it wires the eval's device model into the server, which only the
+composition root may do."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import sys
 from typing import Any
 
 from cli.compose import load_services
-from eval.bench.device_model import DeviceModel, DeviceModelScorer
-from ragrank.backends.models import CrossEncoderScorer
+from cli.stack import stack_app
+from eval.bench.device_model import DeviceModel, DeviceModelEmbedder, DeviceModelScorer
+from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
 from ragrank.inference import Inference, Served
 from ragrank.logs import configure_logging
 from ragrank.settings import Settings
-from server import create_app
 from server.app import serve
 
 
@@ -24,19 +25,22 @@ def main(argv: list[str]) -> int:
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
     speed = float(argv[0]) if argv else 1.0
+    device = DeviceModel.h200(speed)
     services = load_services(settings)
     inference = services.inference
     default = inference.rerankers[0]
     if not isinstance(default.model, CrossEncoderScorer):
         raise SystemExit("the device model wraps a cross-encoder")
-    modelled: Served[Any] = Served(
-        default.spec, DeviceModelScorer(default.model, DeviceModel.h200(speed))
-    )
-    services = dataclasses.replace(
-        services, inference=Inference(inference.embedders, [modelled], settings)
-    )
+    rerankers: list[Served[Any]] = [Served(default.spec, DeviceModelScorer(default.model, device))]
+    embedders: list[Served[Any]] = list(inference.embedders)
+    if "--embedder" in argv[1:]:
+        embedder = embedders[0]
+        if not isinstance(embedder.model, SentenceTransformerEmbedder):
+            raise SystemExit("the device model wraps a sentence-transformers embedder")
+        embedders[0] = Served(embedder.spec, DeviceModelEmbedder(embedder.model, device))
+    services = dataclasses.replace(services, inference=Inference(embedders, rerankers, settings))
     try:
-        serve(create_app(settings, services=services), settings)
+        serve(stack_app(settings, services), settings)
     finally:
         services.store.close()
     return 0

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
     from numpy.typing import NDArray
 
-    from ragrank.backends.models import CrossEncoderScorer
+    from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
     from ragrank.protocols import Pair
-    from ragrank.tokens import ModelInput, WindowPlan
+    from ragrank.tokens import ModelInput, TokenSpans, WindowPlan
 
 #: The H200 figures the model is fitted to (bge-reranker-v2-m3 shape, bf16, packed, torch
 #: varlen, 32,768-token batches): pairs/s at SciFact lengths (mean 380 tokens a pair).
@@ -76,6 +76,7 @@ class DeviceModelScorer:
     """A real reranker's host side with the device model's forward pass (a `Scorer`)."""
 
     packed = True
+    backend = "device-model"
 
     def __init__(self, scorer: CrossEncoderScorer, device: DeviceModel) -> None:
         self._scorer = scorer
@@ -114,6 +115,66 @@ class DeviceModelScorer:
 
     def score_pairs(self, pairs: Sequence[Pair]) -> NDArray[np.float32]:
         return self.forward(self.collate(self.tokens.pairs(pairs)))
+
+    def warm_up(self, batch_items: int, batch_tokens: int) -> int:
+        """Nothing to warm: the modelled device has no start-up cost."""
+        return 0
+
+
+class DeviceModelEmbedder:
+    """A real embedder's host side (tokenizer, token spans, packed collation) with the device
+    model's forward pass (an `Embedder`): its vectors are stand-ins, one per input and fixed by
+    its ids, so that a search still finds what an identical text was indexed with; what it
+    measures is time, never meaning."""
+
+    packed = True
+
+    def __init__(self, embedder: SentenceTransformerEmbedder, device: DeviceModel) -> None:
+        self._embedder = embedder
+        self.device = device
+        self.model_id = embedder.model_id
+        self.dimension = embedder.dimension
+        self.max_length = embedder.max_length
+        self.query_prefix = embedder.query_prefix
+        self.passage_prefix = embedder.passage_prefix
+        self.backend = "device-model"
+
+    def token_spans(self, text: str) -> TokenSpans:
+        return self._embedder.token_spans(text)
+
+    def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
+        return self._embedder.encode_texts(texts)
+
+    def collate(self, inputs: Sequence[ModelInput]) -> tuple[PackedBatch, list[int]]:
+        batch = self._embedder.collate(inputs, packed=True)
+        assert isinstance(batch, PackedBatch)
+        return batch, [hash(tuple(item.ids)) % 2**32 for item in inputs]
+
+    def upload(self, batch: tuple[PackedBatch, list[int]]) -> tuple[PackedBatch, list[int]]:
+        return batch
+
+    def launch(self, batch: tuple[PackedBatch, list[int]]) -> NDArray[np.float32]:
+        """Sleep for the pass's device time (`time.sleep` releases the interpreter lock)."""
+        packed, seeds = batch
+        time.sleep(self.device.seconds(packed.bounds[-1]))
+        vectors = np.stack(
+            [np.random.default_rng(seed).standard_normal(self.dimension) for seed in seeds]
+        ).astype(np.float32)
+        normalised: NDArray[np.float32] = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        return normalised
+
+    def fetch(self, launched: NDArray[np.float32]) -> NDArray[np.float32]:
+        return launched
+
+    def forward(self, batch: Any) -> NDArray[np.float32]:
+        return self.fetch(self.launch(batch))
+
+    def embed_queries(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self.forward(self.collate(self.encode_texts([self.query_prefix + t for t in texts])))
+
+    def embed_passages(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        inputs = self.encode_texts([self.passage_prefix + t for t in texts])
+        return self.forward(self.collate(inputs))
 
     def warm_up(self, batch_items: int, batch_tokens: int) -> int:
         """Nothing to warm: the modelled device has no start-up cost."""

@@ -259,3 +259,22 @@ class ServedOptions:
     tiny: bool = option(False, "CPU check: few requests and a short open loop, no targets")
     out: Path | None = option(None, "JSON report (default: eval-results/bench-served-<time>.json)")
     seed: int = option(0, "workload seed")
+
+
+@dataclass(frozen=True)
+class ContentionBenchOptions:
+    """`python -m eval.bench.contention`: `/v1/search` latency idle and while indexing."""
+
+    data: Path = option(SAMPLE_DATASET, "a BEIR folder (default: the bundled sample)")
+    base: int = option(500, "documents indexed first, unmeasured: what the searches search")
+    limit: int = option(2000, "documents of the indexing job that searches run against")
+    searches: int = option(100, "searches with the server idle")
+    candidates: int = option(20, "candidates each search reranks")
+    batch: int = option(100, "documents per POST /v1/documents (a job each)")
+    device_model: float | None = option(
+        None,
+        "model both the embedder's and the reranker's forward passes on the calibrated H200 "
+        "device model at this speed (1: the measured GPU) instead of running them",
+        metavar="SPEED",
+    )
+    out: Path | None = option(None, "write the figures as JSON here")
