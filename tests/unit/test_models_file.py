@@ -4,6 +4,7 @@ choices; a file that contradicts the environment is refused."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,8 +18,6 @@ from server import create_app
 from tests.fakes import FakeEmbedder, FakeScorer, ShortFirstScorer, swap_models
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from server import Services
 
 TWO_RERANKERS = """
@@ -38,7 +37,7 @@ max_batch_tokens = 32768
 [[models]]
 name = "minilm"
 role = "rerank"
-model = "cross-encoder/ms-marco-MiniLM-L6-v2"
+model = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 backend = "openvino-int8"
 device = "cpu"
 max_batch_size = 32
@@ -115,7 +114,7 @@ def test_a_file_contradicting_the_environments_model_list_is_refused(tmp_path: P
         model_specs(Settings(models_file=path, embed_model="another/embedder"))
     # The same list in both places is no contradiction; a role the file leaves out is the
     # environment's.
-    same = "bge|rerank-v3.5=BAAI/bge-reranker-v2-m3,minilm=cross-encoder/ms-marco-MiniLM-L6-v2"
+    same = "bge|rerank-v3.5=BAAI/bge-reranker-v2-m3,minilm=cross-encoder/ms-marco-MiniLM-L-6-v2"
     assert len(model_specs(Settings(models_file=path, rerank_models=same)).rerankers) == 2
     only = _file(tmp_path, '[[models]]\nname = "r"\nrole = "rerank"\nmodel = "m"\n')
     specs = model_specs(Settings(models_file=only, embed_model="my/embedder"))
@@ -150,3 +149,13 @@ def test_the_indexers_embedder_runs_through_the_engine_as_bulk_work():
     assert (vectors == expected).all()
     assert seen and all(stats.bulk and stats.engine == EMBEDDING.engine for stats in seen)
     assert max(stats.items for stats in seen) <= 2
+
+
+def test_the_docs_example_models_file_is_read_as_it_says(tmp_path: Path):
+    text = (Path(__file__).parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    specs = model_specs(Settings(models_file=_file(tmp_path, example)))
+    bge, minilm = specs.rerankers
+    assert (bge.device, bge.dtype, bge.names[:2]) == ("cuda", "bfloat16", ("bge", "rerank-v3.5"))
+    assert (minilm.backend, minilm.device) == ("openvino-int8", "cpu")
+    assert specs.embedders[0].device == "cuda"
