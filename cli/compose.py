@@ -1,6 +1,6 @@
 """The composition root's one recipe for the served resources: the models (one `Inference`,
-from each model's spec) and the store, opened and made ready, as `ragrank serve`, `demo` and
-the benchmarks that start a real server use them."""
+from each model's spec), the store, opened and made ready, and the job queue, as `ragrank
+serve`, `demo` and the benchmarks that start a real server use them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def load_services(settings: Settings) -> Services:
     and open the store: the collection is created if missing, and an embedded one builds its
     index before anything is answered."""
     from ragrank.backends.serving import load_inference
+    from ragrank.jobs import LazyJobQueue
     from ragrank.sparse import sparse_encoder
     from ragrank.store import open_store
     from ragrank.store.maintenance import indexed_sparse_encoder
@@ -34,4 +35,4 @@ def load_services(settings: Settings) -> Services:
     except Exception:
         store.close()
         raise
-    return Services(inference=inference, store=store, sparse=sparse)
+    return Services(inference=inference, store=store, sparse=sparse, jobs=LazyJobQueue(settings))

@@ -42,6 +42,8 @@ def main(argv: list[str]) -> int:
     try:
         serve(stack_app(settings, services), settings)
     finally:
+        if services.jobs is not None:
+            services.jobs.close()
         services.store.close()
     return 0
 

@@ -35,6 +35,8 @@ def run_stack(
         if serve:
             serve_app(stack_app(settings, services), settings)
     finally:
+        if services.jobs is not None:
+            services.jobs.close()
         services.store.close()
 
 

@@ -4,7 +4,7 @@ ready `Services`, which stay theirs to close (`cli.stack` is the one way the pro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
 from ragrank import __version__
 from ragrank.inference import Inference  # noqa: TC001 (Litestar reads the providers' hints)
-from ragrank.jobs import JobQueue, open_job_queue
+from ragrank.jobs import JobQueue, LazyJobQueue
 from ragrank.roles import EMBEDDING, RERANK
 from server.auth import SECURITY_SCHEMES, ApiKeys, api_key_guard
 from server.errors import EXCEPTION_HANDLERS, body_too_large
@@ -57,17 +57,11 @@ def create_app(
 ) -> Litestar:
     """Build the Litestar app on `services`, which the caller loaded and closes. Each of
     `alongside` is entered at start-up, once the engines run, and left at shutdown."""
-    jobs: list[JobQueue] = []  # opened on first use
+    # The caller's queue, or one of the app's own when none is handed in (opened on first use).
+    jobs = services.jobs or LazyJobQueue(settings)
 
     def provide_jobs() -> JobQueue:
-        if not jobs:
-            jobs.append(open_job_queue(settings))
-        return jobs[0]
-
-    def job_states() -> Mapping[str, int]:
-        # A server that never took a write has no SQLite queue file, and a scrape makes none.
-        shared = settings.jobs_url is not None
-        return provide_jobs().states() if jobs or shared or settings.jobs_path.exists() else {}
+        return jobs.get()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -78,7 +72,7 @@ def create_app(
             async with inference:
                 for engine in inference.engines:
                     instrument(engine)
-                instrument_jobs(job_states)
+                instrument_jobs(jobs.states)
                 app.state.pipeline = pipeline
                 app.state.inference = inference
                 companions = ExitStack()
@@ -92,8 +86,8 @@ def create_app(
                     await asyncio.to_thread(companions.close)
         finally:
             pipeline.close()
-            if jobs:
-                jobs[0].close()
+            if services.jobs is None:
+                jobs.close()
 
     keys = ApiKeys.from_settings(settings)  # a missing key file stops here, at start-up
     app = Litestar(

@@ -1,6 +1,6 @@
-"""What the server is handed: the models (one `Inference`), the store and the BM25 encoder.
-The composition root (`cli/`) loads them; the app starts and stops the inference in its
-lifespan, and the caller closes the store."""
+"""What the server is handed: the models (one `Inference`), the store, the BM25 encoder and the
+job queue. The composition root (`cli/`) builds them; the app starts and stops the inference in
+its lifespan, and the caller closes the store and the queue."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ragrank.inference import Inference
+    from ragrank.jobs import LazyJobQueue
     from ragrank.protocols import Embedder
     from ragrank.sparse import SparseEncoder
     from ragrank.store import Store
@@ -22,6 +23,8 @@ class Services:
     store: Store
     #: Makes BM25 vectors; None when the collection holds dense vectors only.
     sparse: SparseEncoder | None = None
+    #: The job queue, opened on first use; None: the app opens the settings' own and closes it.
+    jobs: LazyJobQueue | None = None
 
     @property
     def embedder(self) -> Embedder:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from ragrank.engine import BatchStats
     from ragrank.protocols import Embedder, Scorer, Vectors
-    from ragrank.settings import Settings
+    from ragrank.settings import Batching, Settings
     from ragrank.tokens import ModelInput, TokenSpans
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class _Options:
     wait_ms: float
     queue_items: int
     timeout_s: float
-    policy: Any
+    policy: Batching
     host_threads: int
     warm_up: bool
     strict_names: bool

@@ -9,6 +9,7 @@ Both run the jobs touching one document in the order they were accepted."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from ragrank.jobs.queue import (
@@ -22,6 +23,8 @@ from ragrank.jobs.queue import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ragrank.settings import Settings
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "JobKind",
     "JobQueue",
     "JobState",
+    "LazyJobQueue",
     "ended_state",
     "open_job_queue",
     "upsert_payload",
@@ -47,3 +51,31 @@ def open_job_queue(settings: Settings) -> JobQueue:
     from ragrank.jobs.sqlite import SqliteJobQueue
 
     return SqliteJobQueue(settings.jobs_path)
+
+
+class LazyJobQueue:
+    """The settings' job queue, opened on first use: a server that never takes a write makes no
+    SQLite file, and a metrics scrape opens none."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._queue: JobQueue | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> JobQueue:
+        with self._lock:
+            if self._queue is None:
+                self._queue = open_job_queue(self._settings)
+            return self._queue
+
+    def states(self) -> Mapping[str, int]:
+        """Jobs by state; none for a SQLite queue that no write has made yet."""
+        settings = self._settings
+        exists = settings.jobs_url is not None or settings.jobs_path.exists()
+        return self.get().states() if self._queue is not None or exists else {}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._queue is not None:
+                self._queue.close()
+                self._queue = None
