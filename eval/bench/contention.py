@@ -6,7 +6,8 @@ indexing job runs through the same server's in-process worker.
 
 `ragrank serve` runs in a subprocess on an embedded store, with the models of the usual
 RAGRANK_* settings (with `--device-model`, both forward passes are the calibrated H200 model of
-`eval.bench.device_model`, and everything else, tokenising, chunking, BM25, the store, is real).
+`eval.bench.device_model`, batched as on a GPU, and everything else, tokenising, chunking, BM25,
+the store, is real).
 First `--base` documents are indexed and waited for; then, after a few unmeasured ones,
 `--searches` searches run one after another on the idle server; then the next `--limit`
 documents are posted as jobs of `--batch`, and searches run one after another until the worker
@@ -28,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from eval.bench.device_model import H200_BATCH_TOKENS
 from eval.bench.harness import free_port, latency_quantile, ragrank_command, server_process
 from eval.bench.options import ContentionBenchOptions
+from eval.bench.served import BATCH_ITEMS
 from indexing import read_documents
 from ragrank.options import parse_options
 
@@ -81,6 +84,10 @@ def _measure(
     else:
         speed = str(options.device_model)
         command = [sys.executable, "-m", "cli.device_model_server", speed, "--embedder"]
+        # The batch limits a GPU runs with (`make bench-served`'s), for both models.
+        for role in ("EMBED", "RERANK"):
+            env.setdefault(f"RAGRANK_{role}_BATCH_SIZE", str(BATCH_ITEMS))
+            env.setdefault(f"RAGRANK_{role}_BATCH_TOKENS", str(H200_BATCH_TOKENS))
     base = f"http://127.0.0.1:{port}"
     with (
         server_process(command, env, base + "/ready", scratch / "server.log"),
@@ -89,12 +96,17 @@ def _measure(
         _wait(http, _post(http, documents[: options.base], options.batch))
         for query in queries[:WARM_UP_SEARCHES]:
             _search(http, query, options)
-        idle = [_search(http, queries[i % len(queries)], options) for i in range(options.searches)]
+        idle_stages: dict[str, list[float]] = {}
+        idle = [
+            _search(http, queries[i % len(queries)], options, idle_stages)
+            for i in range(options.searches)
+        ]
         started = time.perf_counter()
         jobs = _post(http, documents[options.base :], options.batch)
         busy: list[float] = []
+        busy_stages: dict[str, list[float]] = {}
         while not _done(http, jobs):
-            busy.append(_search(http, queries[len(busy) % len(queries)], options))
+            busy.append(_search(http, queries[len(busy) % len(queries)], options, busy_stages))
         indexing_s = time.perf_counter() - started
         chunks = sum(_status(http, job)["counts"].get("chunks", 0) for job in jobs)
         models = http.get("/v1/models").json()["data"]
@@ -110,6 +122,9 @@ def _measure(
         "indexing_ms": _quantiles(busy),
         "p50_ratio": _ratio(busy, idle, 50),
         "p99_ratio": _ratio(busy, idle, 99),
+        # Where the server says a search's time went: the median of each stage.
+        "idle_stage_ms_p50": _medians(idle_stages),
+        "indexing_stage_ms_p50": _medians(busy_stages),
     }
 
 
@@ -155,18 +170,31 @@ def _wait(http: httpx.Client, jobs: list[str]) -> None:
         time.sleep(0.5)
 
 
-def _search(http: httpx.Client, query: str, options: ContentionBenchOptions) -> float:
-    """Milliseconds one search takes, from the client's side."""
+def _search(
+    http: httpx.Client,
+    query: str,
+    options: ContentionBenchOptions,
+    stages: dict[str, list[float]] | None = None,
+) -> float:
+    """Milliseconds one search takes, from the client's side; its server-side stages are
+    added to `stages`."""
     body = {"query": query, "top_k": 10, "candidates": options.candidates}
     started = time.perf_counter()
     answer = http.post("/v1/search", json=body)
     elapsed = (time.perf_counter() - started) * 1000
     answer.raise_for_status()
+    if stages is not None:
+        for stage, spent in answer.json()["timings_ms"].items():
+            stages.setdefault(stage, []).append(spent)
     return elapsed
 
 
 def _quantiles(latencies: list[float]) -> dict[str, float | None]:
     return {"p50": latency_quantile(latencies, 50), "p99": latency_quantile(latencies, 99)}
+
+
+def _medians(stages: dict[str, list[float]]) -> dict[str, float | None]:
+    return {stage: latency_quantile(spent, 50) for stage, spent in stages.items()}
 
 
 def _ratio(busy: list[float], idle: list[float], q: int) -> float | None:

@@ -5,6 +5,7 @@ time goes. It knows no torch and no HTTP: a model is a few callables."""
 from ragrank.engine.core import (
     BatchEngine,
     BatchStats,
+    DeviceLoad,
     DeviceTurns,
     embedding_engine,
     scoring_engine,
@@ -17,6 +18,7 @@ __all__ = [
     "BatchEngine",
     "BatchStats",
     "DeviceClock",
+    "DeviceLoad",
     "DeviceTurns",
     "EngineLimits",
     "StageTotals",

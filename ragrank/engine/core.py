@@ -97,6 +97,28 @@ class DeviceTurns:
                 self._busy = False
 
 
+class DeviceLoad:
+    """The interactive work of every engine on one device: a bulk batch of any of them starts
+    only while none of them has a request waiting or running, so that indexing with one model
+    never slows a search that is being reranked by another. Used from the event loop."""
+
+    def __init__(self) -> None:
+        self._engines: list[BatchEngine[Any, Any, Any]] = []
+
+    def join(self, engine: BatchEngine[Any, Any, Any]) -> None:
+        self._engines.append(engine)
+
+    @property
+    def interactive(self) -> bool:
+        """Whether any engine on the device has interactive work queued or running."""
+        return any(engine.interactive_pending for engine in self._engines)
+
+    def settled(self) -> None:
+        """An engine's interactive batch ended: the others may start bulk work again."""
+        for engine in self._engines:
+            engine.wake()
+
+
 @dataclass(frozen=True)
 class BatchStats:
     """What one forward pass held and where its time went: for metrics and tests."""
@@ -178,6 +200,8 @@ class BatchEngine(Generic[Item, Collated, Output]):
     upload: Callable[[Collated], Any] | None = None
     #: Waits for a launched pass and reads its outputs, on a thread of its own (`d2h`).
     fetch: Callable[[Any], Sequence[Output]] | None = None
+    #: Shared by every engine on the same device: bulk work waits for all their requests.
+    load: DeviceLoad | None = None
 
     def __post_init__(self) -> None:
         # Two classes of work: interactive (requests) and bulk (indexing). A bulk batch starts
@@ -203,10 +227,25 @@ class BatchEngine(Generic[Item, Collated, Output]):
         self._fatal: BaseException | None = None
         self.clock = DeviceClock()
         self.totals = StageTotals()
+        #: A window policy's batches, formed from the queue and not yet started, in order.
+        self._formed: deque[list[_Work[Item]]] = deque()
+        #: Interactive batches started and not yet answered.
+        self._interactive_in_flight = 0
+        if self.load is not None:
+            self.load.join(self)
 
     @property
     def ready(self) -> bool:
         return self._consumer is not None and not self._stopping and self._dead is None
+
+    @property
+    def interactive_pending(self) -> bool:
+        """Requests' work queued or on its way through the device."""
+        return bool(self._queue or self._formed) or self._interactive_in_flight > 0
+
+    def wake(self) -> None:
+        """Have the consumer look at the queues again."""
+        self._wakeup.set()
 
     @property
     def queue_depth(self) -> int:
@@ -299,7 +338,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
     async def _consume(self) -> None:
         """Start a batch whenever fewer than `PREFETCH_DEPTH` are formed and unanswered and
         work waits; otherwise sleep until work arrives or a batch is answered."""
-        formed: deque[list[_Work[Item]]] = deque()  # a window policy's batches, in order
+        formed = self._formed
         in_flight: set[asyncio.Task[None]] = set()
 
         def answered(task: asyncio.Task[None]) -> None:
@@ -307,6 +346,12 @@ class BatchEngine(Generic[Item, Collated, Output]):
             if not task.cancelled() and isinstance(task.exception(), ModelFailedError):
                 self._fatal = task.exception()
             self._wakeup.set()
+
+        def answered_interactive(task: asyncio.Task[None]) -> None:
+            self._interactive_in_flight -= 1
+            answered(task)
+            if self.load is not None and not self.interactive_pending:
+                self.load.settled()
 
         try:
             while True:
@@ -319,9 +364,10 @@ class BatchEngine(Generic[Item, Collated, Output]):
                     if batch:
                         task = asyncio.ensure_future(self._collate_and_run(batch))
                         in_flight.add(task)
-                        task.add_done_callback(answered)
+                        self._interactive_in_flight += 1
+                        task.add_done_callback(answered_interactive)
                     continue
-                if self._bulk and not in_flight:
+                if self._bulk and not in_flight and not self._device_serving():
                     batch = self._take_continuous(self._bulk)
                     if batch:
                         task = asyncio.ensure_future(self._collate_and_run(batch, bulk=True))
@@ -336,6 +382,10 @@ class BatchEngine(Generic[Item, Collated, Output]):
         finally:
             for task in in_flight:
                 task.cancel()
+
+    def _device_serving(self) -> bool:
+        """Whether another engine on the device has requests waiting or running."""
+        return self.load is not None and self.load.interactive
 
     async def _gather_briefly(self) -> None:
         """Under a window policy, with the device idle and less than a batch waiting, wait

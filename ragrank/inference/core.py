@@ -6,9 +6,9 @@ Engines are made when it starts, in the event loop that starts it: the server's,
 of its own on a thread (`running`), for callers without one (`ragrank index`, the worker, the
 eval). Blocking callers on other threads (the indexer) reach it through `call`.
 
-Two classes of work share each engine: interactive (requests) and bulk (indexing). Bulk
-batches run only while no interactive work waits, so a query waits at most for the one batch
-already on the device.
+Two classes of work share each engine: interactive (requests) and bulk (indexing). A bulk
+batch starts only while no engine on the same device has interactive work waiting or running,
+so a query waits at most for the one bulk batch already on the device.
 """
 
 from __future__ import annotations
@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ragrank.device import batch_limits, resolve_placement
-from ragrank.engine import BatchEngine, DeviceTurns, EngineLimits, embedding_engine, scoring_engine
+from ragrank.engine import (
+    BatchEngine,
+    DeviceLoad,
+    DeviceTurns,
+    EngineLimits,
+    embedding_engine,
+    scoring_engine,
+)
 from ragrank.errors import EngineUnavailableError
 from ragrank.inference.served import Served, pick
 from ragrank.inference.spec import role_spec
@@ -254,14 +261,23 @@ class Inference:
         # The models of one role take turns on the device, in the order their batches asked,
         # so that a model with a long queue never holds it while another's batch waits.
         turns: dict[str, DeviceTurns] = {EMBEDDING.name: DeviceTurns(), RERANK.name: DeviceTurns()}
+        # Every engine on one device knows of the others' requests: bulk work of any of them
+        # waits until none is waiting or running.
+        loads = {placement.device: DeviceLoad() for placement in self._placements.values()}
         for embedder in self.embedders:
-            self._add(embedder, embedding_engine, turns)
+            self._add(embedder, embedding_engine, turns, loads)
         for reranker in self.rerankers:
-            self._add(reranker, scoring_engine, turns)
+            self._add(reranker, scoring_engine, turns, loads)
         for engine in self.engines:
             engine.start()
 
-    def _add(self, served: Served[Any], make: Any, turns: dict[str, DeviceTurns]) -> None:
+    def _add(
+        self,
+        served: Served[Any],
+        make: Any,
+        turns: dict[str, DeviceTurns],
+        loads: dict[str, DeviceLoad],
+    ) -> None:
         role = served.spec.role
         engine: BatchEngine[ModelInput, Any, Any] = make(
             role.engine,
@@ -270,6 +286,7 @@ class Inference:
             pool=self._host_pool,
             model=served.name,
             turns=turns[role.name],
+            load=loads[self._placements[id(served)].device],
         )
         engine.on_batch.append(self._tell)
         self._engines[id(served)] = engine
@@ -474,12 +491,16 @@ class EngineEmbedder:
         return self._embed(texts, as_queries=False)
 
     def _embed(self, texts: Sequence[str], *, as_queries: bool) -> Vectors:
+        """Tokenised here, on the caller's thread, so that bulk work never queues on the host
+        pool ahead of a request's tokenising; then embedded as bulk batches."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        outcome = self.inference.call(
-            self.inference.embed(texts, as_queries=as_queries, model=self.served.name, bulk=True)
-        )
-        return np.asarray(np.stack(outcome.vectors), dtype=np.float32)
+        model = self.served.model
+        prefix = model.query_prefix if as_queries else model.passage_prefix
+        inputs = model.encode_texts([prefix + text for text in texts])
+        engine = self.inference.engine(self.served)
+        vectors = self.inference.call(engine.submit(inputs, bulk=True))
+        return np.asarray(np.stack(vectors), dtype=np.float32)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ragrank.engine import BatchEngine, BatchStats, DeviceTurns, EngineLimits
+from ragrank.engine import BatchEngine, BatchStats, DeviceLoad, DeviceTurns, EngineLimits
 from ragrank.errors import (
     BatchTooLargeError,
     EngineUnavailableError,
@@ -336,7 +336,9 @@ class Pipeline:
             self.finished += 1
 
 
-def _pipeline(model: Pipeline, **limits: object) -> BatchEngine[int, list[int], int]:
+def _pipeline(
+    model: Pipeline, load: DeviceLoad | None = None, **limits: object
+) -> BatchEngine[int, list[int], int]:
     settings = {"max_batch_size": 2, "max_batch_tokens": 10_000, "max_wait_ms": 0.0, **limits}
     engine: BatchEngine[int, list[int], int] = BatchEngine(
         "prefetch",
@@ -344,6 +346,7 @@ def _pipeline(model: Pipeline, **limits: object) -> BatchEngine[int, list[int], 
         run=model.run,
         length=int,
         limits=EngineLimits(**settings),  # type: ignore[arg-type]
+        load=load,
     )
     engine.start()
     return engine
@@ -580,3 +583,23 @@ async def test_bulk_batches_are_reported_as_bulk():
     await engine.submit([5])
     assert [s.bulk for s in stats] == [True, False]
     await engine.stop()
+
+
+async def test_bulk_work_waits_while_another_engine_on_the_device_serves_a_request():
+    """An embedder's indexing batches do not start while the reranker on the same device has a
+    request waiting or running; they resume once it is answered."""
+    load = DeviceLoad()
+    embedder, reranker = Pipeline(), Pipeline()
+    embedding = _pipeline(embedder, load=load)
+    reranking = _pipeline(reranker, load=load)
+    request = asyncio.ensure_future(reranking.submit([7]))
+    await _until(reranker.running.is_set)
+    bulk = asyncio.ensure_future(embedding.submit([1, 2], bulk=True))
+    await asyncio.sleep(0.05)
+    assert embedder.started == 0, "bulk work started while a request was on the device"
+    embedder.gate.set()
+    reranker.gate.set()
+    assert await request == [70]
+    assert await bulk == [10, 20]
+    await embedding.stop()
+    await reranking.stop()
