@@ -437,6 +437,14 @@ class Settings:
         ge=0,
     )
     queue_size: int = option(4096, "items waiting per model before new requests get `429`", ge=1)
+    bulk_batch_share: float = option(
+        0.25,
+        "the share of a model's batch token budget that one indexing batch may take: indexing "
+        "yields to requests between batches, so this bounds what a search waits behind "
+        "indexing (see [performance](performance.md#search-while-indexing))",
+        ge=0.01,
+        le=1.0,
+    )
     request_timeout_s: int = option(60, "longest a request waits for a model; then `504`", ge=1)
 
     chunk_tokens: int = option(

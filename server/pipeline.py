@@ -117,13 +117,40 @@ class SearchPipeline:
         and says why (`rerank_error`) instead of failing the request. `language` names the
         query's language for BM25 (else it is identified); `highlight` lists each hit's words
         that BM25 matched; `model` names the reranker (the collection's embedder embeds)."""
-        # An unknown name is a 400 before any work.
-        reranker = self.inference.reranking(model).name if rerank else None
-        store = self.services.store
+        reranker = self.inference.reranking(model).name  # an unknown name: a 400, before work
         retrieval = retrieval or self._retrieval
         fusing = self._fusion.override(
             method=fusion, k=rrf_k, dense_weight=dense_weight, sparse_weight=sparse_weight
         )
+        with self.inference.request():
+            return await self._search(
+                query,
+                top_k=top_k,
+                candidates=candidates,
+                rerank=rerank,
+                where=where,
+                retrieval=retrieval,
+                fusing=fusing,
+                language=language,
+                highlight=highlight,
+                reranker=reranker,
+            )
+
+    async def _search(
+        self,
+        query: str,
+        *,
+        top_k: int,
+        candidates: int,
+        rerank: bool | Literal["auto"],
+        where: Mapping[str, MetadataValue] | None,
+        retrieval: str,
+        fusing: Fusion,
+        language: str | None,
+        highlight: bool,
+        reranker: str,
+    ) -> SearchOutcome:
+        store = self.services.store
         started = time.perf_counter()
         vector = None
         if retrieval != "sparse":
@@ -165,7 +192,7 @@ class SearchPipeline:
         )
 
     async def _reranked(
-        self, query: str, hits: list[ScoredHit], rerank: bool | Literal["auto"], model: str | None
+        self, query: str, hits: list[ScoredHit], rerank: bool | Literal["auto"], model: str
     ) -> tuple[list[ScoredHit], str | None]:
         """`hits` in the reranker's order, or as they came with the reason when `rerank="auto"`
         and the reranker could not run."""

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -49,7 +50,7 @@ from ragrank.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from ragrank.protocols import Embedder, Scorer, Vectors
     from ragrank.tokens import ModelInput
@@ -104,14 +105,29 @@ class DeviceLoad:
 
     def __init__(self) -> None:
         self._engines: list[BatchEngine[Any, Any, Any]] = []
+        #: Requests that run several models in turn (a search: embed, then rerank) and are
+        #: between two of them.
+        self._sessions = 0
 
     def join(self, engine: BatchEngine[Any, Any, Any]) -> None:
         self._engines.append(engine)
 
     @property
     def interactive(self) -> bool:
-        """Whether any engine on the device has interactive work queued or running."""
-        return any(engine.interactive_pending for engine in self._engines)
+        """Whether a request is waiting or running on the device, or between its models."""
+        return self._sessions > 0 or any(e.interactive_pending for e in self._engines)
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Hold bulk work back for the whole of a request that uses several models, so that
+        no indexing batch slips in between its embedding and its reranking."""
+        self._sessions += 1
+        try:
+            yield
+        finally:
+            self._sessions -= 1
+            if not self.interactive:
+                self.settled()
 
     def settled(self) -> None:
         """An engine's interactive batch ended: the others may start bulk work again."""
@@ -368,7 +384,7 @@ class BatchEngine(Generic[Item, Collated, Output]):
                         task.add_done_callback(answered_interactive)
                     continue
                 if self._bulk and not in_flight and not self._device_serving():
-                    batch = self._take_continuous(self._bulk)
+                    batch = self._take_continuous(self._bulk, self.limits.bulk())
                     if batch:
                         task = asyncio.ensure_future(self._collate_and_run(batch, bulk=True))
                         in_flight.add(task)
@@ -410,16 +426,19 @@ class BatchEngine(Generic[Item, Collated, Output]):
             return []
         return [work for work in formed.popleft() if not work.request.abandoned]
 
-    def _take_continuous(self, queue: deque[_Work[Item]]) -> list[_Work[Item]]:
-        """The oldest live items of `queue` that `next_batch` picks; the rest stay queued, in
-        order."""
-        look = lookahead(self.limits)
+    def _take_continuous(
+        self, queue: deque[_Work[Item]], limits: EngineLimits | None = None
+    ) -> list[_Work[Item]]:
+        """The oldest live items of `queue` that `next_batch` picks under `limits` (the
+        engine's); the rest stay queued, in order."""
+        limits = limits or self.limits
+        look = lookahead(limits)
         pool: list[_Work[Item]] = []
         while queue and len(pool) < look:
             work = queue.popleft()
             if not work.request.abandoned:
                 pool.append(work)
-        chosen = next_batch([w.length for w in pool], self.limits)
+        chosen = next_batch([w.length for w in pool], limits)
         picked = set(chosen)
         queue.extendleft(reversed([w for i, w in enumerate(pool) if i not in picked]))
         return [pool[i] for i in chosen]

@@ -20,7 +20,7 @@ a window finishes with its last batch. They are the baselines of the benchmarks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -50,6 +50,13 @@ class EngineLimits:
     policy: Batching = "continuous"
     #: The model packs batches without padding: the budget counts real tokens.
     packed: bool = False
+    #: The most tokens a bulk (indexing) batch costs, by the same rule: what a request that
+    #: arrives behind indexing waits for at most. 0: the whole budget.
+    max_bulk_tokens: int = 0
+
+    def bulk(self) -> EngineLimits:
+        """The limits bulk batches are cut by."""
+        return replace(self, max_batch_tokens=self.max_bulk_tokens or self.max_batch_tokens)
 
 
 def batch_cost(count: int, longest: int, total: int, *, packed: bool) -> int:

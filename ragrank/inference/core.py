@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -121,6 +121,8 @@ class _Options:
     host_threads: int
     warm_up: bool
     strict_names: bool
+    #: The share of a batch's token budget a bulk batch may take.
+    bulk_share: float
 
 
 class Inference:
@@ -147,6 +149,7 @@ class Inference:
             host_threads=settings.host_threads,
             warm_up=settings.warmup == "on" and not offline,
             strict_names=settings.model_names == "strict",
+            bulk_share=settings.bulk_batch_share,
         )
         self._placements = {
             id(served): resolve_placement(served.spec.device, served.spec.dtype)
@@ -157,6 +160,7 @@ class Inference:
         self._engines: dict[int, BatchEngine[ModelInput, Any, Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._host_pool: ThreadPoolExecutor | None = None
+        self._loads: dict[str, DeviceLoad] = {}
 
     @classmethod
     def of(
@@ -231,6 +235,7 @@ class Inference:
             timeout_s=options.timeout_s,
             policy=options.policy,
             packed=bool(getattr(served.model, "packed", False)),
+            max_bulk_tokens=max(1, int(tokens * options.bulk_share)),
         )
 
     # Life cycle.
@@ -263,7 +268,8 @@ class Inference:
         turns: dict[str, DeviceTurns] = {EMBEDDING.name: DeviceTurns(), RERANK.name: DeviceTurns()}
         # Every engine on one device knows of the others' requests: bulk work of any of them
         # waits until none is waiting or running.
-        loads = {placement.device: DeviceLoad() for placement in self._placements.values()}
+        self._loads = {placement.device: DeviceLoad() for placement in self._placements.values()}
+        loads = self._loads
         for embedder in self.embedders:
             self._add(embedder, embedding_engine, turns, loads)
         for reranker in self.rerankers:
@@ -343,6 +349,15 @@ class Inference:
             work.close()
             raise RuntimeError("Inference.call blocks: await the coroutine on the loop instead")
         return asyncio.run_coroutine_threadsafe(work, loop).result()
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Around a request that runs several models in turn (a search): bulk work stays off
+        every device until it is answered."""
+        with ExitStack() as stack:
+            for load in self._loads.values():
+                stack.enter_context(load.session())
+            yield
 
     @property
     def models_ready(self) -> bool:
