@@ -31,7 +31,7 @@ from ragrank.backends.openvino import (
 from ragrank.backends.packing import PackedBatch, first_rows, packed_hidden, segment_mean
 from ragrank.backends.torch_runner import (
     Forward,
-    Launched,
+    RunnerModel,
     TorchRunner,
     model_tokens,
     sorted_batches,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(RunnerModel):
     """A sentence-transformers bi-encoder with role prefixes and normalised output."""
 
     def __init__(
@@ -201,21 +201,6 @@ class SentenceTransformerEmbedder:
     def encode_texts(self, texts: Sequence[str]) -> list[ModelInput]:
         return self.tokens.texts(texts)
 
-    def collate(self, inputs: Sequence[ModelInput], *, packed: bool | None = None) -> Batch:
-        return self._runner.collate(inputs, packed)
-
-    def forward(self, batch: Any) -> Vectors:
-        return self.fetch(self.launch(batch))
-
-    def upload(self, batch: Batch) -> Batch:
-        """The batch on the model's device (model thread, before `launch`)."""
-        return self._runner.upload(batch)
-
-    def launch(self, batch: Any) -> Launched:
-        """The forward pass, its vectors queued for the host (model thread)."""
-        with self._runner.running():
-            return self._runner.launched(self._forward(batch))
-
     def _torch_forward(self, batch: Batch) -> torch.Tensor:
         """Normalised sentence embeddings of a packed or padded batch, in float32."""
         if isinstance(batch, PackedBatch):
@@ -228,10 +213,6 @@ class SentenceTransformerEmbedder:
         else:
             pooled = self._model.forward(self._runner.features(batch))["sentence_embedding"]
         return F.normalize(pooled.float(), dim=-1)
-
-    def fetch(self, launched: Launched) -> Vectors:
-        """The vectors of a launched pass, once on the host."""
-        return launched.host()
 
     def warm_up(self, batch_items: int, batch_tokens: int) -> int:
         """Forward passes over representative shapes before serving; returns how many."""

@@ -42,7 +42,7 @@ from ragrank.backends.packing import (
 )
 from ragrank.backends.torch_runner import (
     Forward,
-    Launched,
+    RunnerModel,
     TorchRunner,
     model_tokens,
     sorted_batches,
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class CrossEncoderScorer:
+class CrossEncoderScorer(RunnerModel):
     """A one-logit reranker of one of the families of `ragrank.backends.families`, run batch
     by batch under `torch.inference_mode()`.
 
@@ -239,21 +239,6 @@ class CrossEncoderScorer:
     ) -> WindowPlan:
         return self.tokens.plan_windows(query, documents, max_tokens_per_doc)
 
-    def collate(self, inputs: Sequence[ModelInput], *, packed: bool | None = None) -> Batch:
-        return self._runner.collate(inputs, packed)
-
-    def forward(self, batch: Any) -> NDArray[np.float32]:
-        return self.launch(batch).host()
-
-    def upload(self, batch: Batch) -> Batch:
-        """The batch on the model's device (model thread, before `launch`)."""
-        return self._runner.upload(batch)
-
-    def launch(self, batch: Any) -> Launched:
-        """The forward pass, its logits queued for the host (model thread)."""
-        with self._runner.running():
-            return self._runner.launched(self._forward(batch))
-
     def _torch_forward(self, batch: Batch) -> torch.Tensor:
         """One float32 logit per input of a packed or padded batch, by the family's head."""
         model = self._model
@@ -265,10 +250,6 @@ class CrossEncoderScorer:
             # Logits leave the model in float32 whatever dtype it runs in.
             return self._head(model, rows).float().view(-1)
         return self.padded_logits(model, self._runner.features(batch))
-
-    def fetch(self, launched: Launched) -> NDArray[np.float32]:
-        """The logits of a launched pass, once on the host."""
-        return launched.host()
 
     def warm_up(self, batch_items: int, batch_tokens: int) -> int:
         """Forward passes over representative shapes before serving; returns how many."""

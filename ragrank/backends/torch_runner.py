@@ -243,3 +243,33 @@ def sorted_batches(lengths: Sequence[int], size: int) -> Iterator[list[int]]:
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     for start in range(0, len(order), size):
         yield order[start : start + size]
+
+
+class RunnerModel:
+    """What the engine drives, for a model on the torch runner: `collate`, `upload`, `launch`
+    and `fetch` (the engine's side of a backend), with the forward pass the model chose at
+    load (`_forward`: torch's, or a compiled backend's)."""
+
+    _runner: TorchRunner
+    _forward: Forward
+
+    def collate(self, inputs: Sequence[ModelInput], *, packed: bool | None = None) -> Batch:
+        """Packed or padded as the model runs (`packed` overrides, for benchmarks)."""
+        return self._runner.collate(inputs, packed)
+
+    def upload(self, batch: Batch) -> Batch:
+        """The batch on the model's device (model thread, before `launch`)."""
+        return self._runner.upload(batch)
+
+    def launch(self, batch: Any) -> Launched:
+        """The forward pass, its output queued for the host (model thread)."""
+        with self._runner.running():
+            return self._runner.launched(self._forward(batch))
+
+    def fetch(self, launched: Launched) -> NDArray[np.float32]:
+        """The output of a launched pass, once on the host."""
+        return launched.host()
+
+    def forward(self, batch: Any) -> NDArray[np.float32]:
+        """One forward pass, waited for."""
+        return self.fetch(self.launch(batch))
