@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from ragrank.calibration import Calibration, sigmoid
 from ragrank.roles import RoleName
 
 if TYPE_CHECKING:
@@ -146,8 +147,8 @@ class Scorer(Protocol):
 
 
 def relevance(logits: NDArray[np.floating]) -> NDArray[np.float64]:
-    """Sigmoid of the logits, computed in float64 so large logits do not saturate early."""
-    return np.asarray(1.0 / (1.0 + np.exp(-logits.astype(np.float64))), dtype=np.float64)
+    """Sigmoid of the logits: an uncalibrated model's relevance score."""
+    return sigmoid(logits)
 
 
 class Reranked(Protocol):
@@ -171,3 +172,7 @@ class Reranking(Protocol):
     def rerank_all(
         self, requests: Sequence[tuple[str, Sequence[str]]], *, model: str | None = None
     ) -> Coroutine[Any, Any, Sequence[Reranked]]: ...
+
+    def calibration(self, model: str | None = None) -> Calibration | None:
+        """The calibration of the reranker `model` names (absent: the default), if any."""
+        ...

@@ -168,6 +168,14 @@ class Settings:
         "several rerankers in one server, each picked by a request's `model`: entries as for "
         "`RAGRANK_EMBED_MODELS`; the first is the default and overrides `RAGRANK_RERANK_MODEL`",
     )
+    cascade: str = option(
+        "",
+        "`NAME:K`: searches rerank as a cascade, the served reranker `NAME` (a fast one, e.g. a "
+        "distilled student) scoring every candidate and the default reranker rescoring only "
+        "its top K; empty: off. A request's `cascade` overrides it (see "
+        "[models](models.md#a-cascade-of-two-rerankers))",
+        group="models",
+    )
     models_file: Path | None = option(
         None,
         "a TOML file with one `[[models]]` table per served model (`name`, `role`, `model`, and "
@@ -652,6 +660,9 @@ class Settings:
                 f"{env_name('jobs_url')} must be a PostgreSQL URL: postgresql://user:password@"
                 f"host:5432/database"
             )
+        from ragrank.cascade import Cascade
+
+        Cascade.parse(self.cascade, env_name("cascade"))
         problem = collection_problem(self.collection)
         if problem:
             raise SettingsError(f"{env_name('collection')}: {problem}")

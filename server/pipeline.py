@@ -11,8 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import numpy as np
-
 from ragrank.errors import (
     EngineUnavailableError,
     InvalidRequestError,
@@ -21,7 +19,7 @@ from ragrank.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from ragrank.protocols import relevance
+from ragrank.inference import Cascade, CascadeStage
 from ragrank.settings import env_name
 from ragrank.store import Fusion
 from server.metrics import RERANK_FALLBACKS
@@ -74,6 +72,8 @@ class SearchOutcome:
     rerank_error: str | None = None
     #: The language(s) the query's BM25 terms were analysed in, when they were.
     sparse_language: str | None = None
+    #: Each reranker that ran, in order (two for a cascade), with the pairs it scored.
+    rerank_stages: tuple[CascadeStage, ...] = ()
 
 
 class SearchPipeline:
@@ -111,13 +111,20 @@ class SearchPipeline:
         language: str | None = None,
         highlight: bool = False,
         model: str | None = None,
+        cascade: Cascade | Literal[False] | None = None,
+        min_score: float | None = None,
     ) -> SearchOutcome:
         """`retrieval`, `fusion`, `rrf_k` and the two weights default to the settings.
         `rerank="auto"` reranks when the reranker can, and otherwise returns first-stage order
         and says why (`rerank_error`) instead of failing the request. `language` names the
         query's language for BM25 (else it is identified); `highlight` lists each hit's words
-        that BM25 matched; `model` names the reranker (the collection's embedder embeds)."""
+        that BM25 matched; `model` names the reranker (the collection's embedder embeds).
+        `cascade` reranks as a cascade (absent: the server's RAGRANK_CASCADE; False: none);
+        `min_score` drops the hits whose score is below it."""
         reranker = self.inference.reranking(model).name  # an unknown name: a 400, before work
+        rule = self.inference.cascade_rule if cascade is None else cascade or None
+        if cascade and (problem := self.inference.cascade_problem(cascade)):
+            raise InvalidRequestError(f"cascade.model: {problem}", field="cascade.model")
         retrieval = retrieval or self._retrieval
         fusing = self._fusion.override(
             method=fusion, k=rrf_k, dense_weight=dense_weight, sparse_weight=sparse_weight
@@ -134,6 +141,8 @@ class SearchPipeline:
                 language=language,
                 highlight=highlight,
                 reranker=reranker,
+                cascade=rule if rerank else None,
+                min_score=min_score,
             )
 
     async def _search(
@@ -149,6 +158,8 @@ class SearchPipeline:
         language: str | None,
         highlight: bool,
         reranker: str,
+        cascade: Cascade | None,
+        min_score: float | None,
     ) -> SearchOutcome:
         store = self.services.store
         started = time.perf_counter()
@@ -171,7 +182,9 @@ class SearchPipeline:
         )
         fetched = time.perf_counter()
         hits = [ScoredHit(c, c.retrieval_score, rank) for rank, c in enumerate(retrieved, 1)]
-        hits, rerank_error = await self._reranked(query, hits, rerank, reranker)
+        hits, rerank_error, stages = await self._reranked(query, hits, rerank, reranker, cascade)
+        if min_score is not None:
+            hits = [hit for hit in hits if hit.score >= min_score]
         hits = hits[:top_k]
         if highlight and analysed is not None:
             hits = await self._highlighted(hits, analysed)
@@ -182,6 +195,7 @@ class SearchPipeline:
             retrieval=retrieval,
             rerank_error=rerank_error,
             sparse_language=None if analysed is None else analysed.language,
+            rerank_stages=stages,
             timings_ms={
                 "embed": (embedded - started) * 1000,
                 "sparse": (encoded - embedded) * 1000,
@@ -192,30 +206,43 @@ class SearchPipeline:
         )
 
     async def _reranked(
-        self, query: str, hits: list[ScoredHit], rerank: bool | Literal["auto"], model: str
-    ) -> tuple[list[ScoredHit], str | None]:
-        """`hits` in the reranker's order, or as they came with the reason when `rerank="auto"`
-        and the reranker could not run."""
-        rerank_error = None
-        if rerank and hits:
-            try:
-                passages = [h.candidate.chunk.passage for h in hits]
-                reranked = await self.inference.rerank(query, passages, model=model)
-            except RERANK_FAILURES as exc:
-                if rerank != "auto":
-                    raise
-                rerank_error = f"{exc.code}: {exc}"
-                RERANK_FALLBACKS.labels(code=exc.code).inc()
-                log.warning("reranking skipped, cosine order returned: %s", rerank_error)
+        self,
+        query: str,
+        hits: list[ScoredHit],
+        rerank: bool | Literal["auto"],
+        model: str,
+        cascade: Cascade | None,
+    ) -> tuple[list[ScoredHit], str | None, tuple[CascadeStage, ...]]:
+        """`hits` in the reranker's order (or the cascade's), or as they came with the reason
+        when `rerank="auto"` and the reranker could not run; and the stages that ran."""
+        if not (rerank and hits):
+            return hits, None, ()
+        passages = [h.candidate.chunk.passage for h in hits]
+        started = time.perf_counter()
+        stages: tuple[CascadeStage, ...]
+        try:
+            if cascade is not None:
+                outcome = await self.inference.cascade(query, passages, cascade, model=model)
+                order, scores, stages = outcome.order, outcome.scores, outcome.stages
             else:
-                scores = relevance(np.asarray(reranked.logits, dtype=np.float32))
-                hits = [
-                    ScoredHit(hit.candidate, float(score), hit.retrieval_rank)
-                    for hit, score in zip(hits, scores, strict=True)
-                ]
-                # A stable sort keeps cosine order among equal rerank scores.
-                hits.sort(key=lambda hit: hit.score, reverse=True)
-        return hits, rerank_error
+                reranked = await self.inference.rerank(query, passages, model=model)
+                # A stable sort keeps the first stage's order among equal rerank scores.
+                order = sorted(range(len(hits)), key=lambda i: -reranked.scores[i])
+                scores = [reranked.scores[i] for i in order]
+                ms = (time.perf_counter() - started) * 1000
+                stages = (CascadeStage(reranked.model, reranked.pairs, ms),)
+        except RERANK_FAILURES as exc:
+            if rerank != "auto":
+                raise
+            rerank_error = f"{exc.code}: {exc}"
+            RERANK_FALLBACKS.labels(code=exc.code).inc()
+            log.warning("reranking skipped, cosine order returned: %s", rerank_error)
+            return hits, rerank_error, ()
+        reordered = [
+            ScoredHit(hits[i].candidate, float(score), hits[i].retrieval_rank)
+            for i, score in zip(order, scores, strict=True)
+        ]
+        return reordered, None, stages
 
     async def _highlighted(self, hits: list[ScoredHit], query: SparseQuery) -> list[ScoredHit]:
         """Each hit with the words of its text that the query's BM25 terms match."""

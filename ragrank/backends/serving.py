@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from ragrank.backends.models import CrossEncoderScorer, SentenceTransformerEmbedder
+from ragrank.calibration import read_calibration
 from ragrank.device import resolve_placement
 from ragrank.inference import Inference, Served, model_specs
 from ragrank.memory import ModelSize, available_bytes, check_fits, weights_bytes
@@ -58,7 +59,12 @@ def load_inference(
     check_specs_fit(chosen, settings)
     return Inference(
         [Served(spec, load_model(spec, settings)) for spec in specs.embedders],
-        [Served(spec, load_model(spec, settings)) for spec in specs.rerankers] if rerankers else [],
+        [
+            Served(spec, load_model(spec, settings), read_calibration(spec.model))
+            for spec in specs.rerankers
+        ]
+        if rerankers
+        else [],
         settings,
         offline=offline,
     )

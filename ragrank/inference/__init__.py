@@ -2,7 +2,10 @@
 doors ask of them. Backends load the models (`ragrank.backends.serving`); the doors call
 `Inference`."""
 
+from ragrank.cascade import Cascade
 from ragrank.inference.core import (
+    CascadeOutcome,
+    CascadeStage,
     EmbedOutcome,
     EngineEmbedder,
     Inference,
@@ -15,6 +18,9 @@ from ragrank.inference.served import Served, pick
 from ragrank.inference.spec import ModelSpec, ModelSpecs, model_specs, read_models_file, role_spec
 
 __all__ = [
+    "Cascade",
+    "CascadeOutcome",
+    "CascadeStage",
     "EmbedOutcome",
     "EngineEmbedder",
     "Inference",

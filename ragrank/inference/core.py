@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ragrank.calibration import Calibration, probabilities, read_calibration
+from ragrank.cascade import Cascade, cascade_order, shortlist
 from ragrank.device import batch_limits, resolve_placement
 from ragrank.engine import (
     BatchEngine,
@@ -35,10 +37,11 @@ from ragrank.engine import (
     embedding_engine,
     scoring_engine,
 )
-from ragrank.errors import EngineUnavailableError
+from ragrank.errors import EngineUnavailableError, SettingsError
 from ragrank.inference.served import Served, pick
 from ragrank.inference.spec import role_spec
 from ragrank.roles import EMBEDDING, RERANK
+from ragrank.settings import env_name
 from ragrank.tokens import WindowPlan
 
 if TYPE_CHECKING:
@@ -68,6 +71,31 @@ class RerankOutcome:
     model: str = ""
     #: (query, window) pairs scored.
     pairs: int = 0
+    #: One relevance score per document: the probability its model's calibration estimates
+    #: from the logit, else the logit's sigmoid.
+    scores: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CascadeStage:
+    """One reranker's part in a cascade."""
+
+    model: str
+    pairs: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class CascadeOutcome:
+    """A cascade's answer: document indices best first, each one's relevance score (from the
+    model that placed it), and each stage with the pairs it scored."""
+
+    order: list[int]
+    scores: list[float]
+    #: Per position of `order`: placed by the large (default) model.
+    second: list[bool]
+    stages: tuple[CascadeStage, CascadeStage]
+    tokens: int
 
 
 @dataclass(frozen=True)
@@ -151,6 +179,12 @@ class Inference:
             strict_names=settings.model_names == "strict",
             bulk_share=settings.bulk_batch_share,
         )
+        #: The searches' cascade (RAGRANK_CASCADE), its filtering model checked to be served.
+        self.cascade_rule = Cascade.parse(settings.cascade, env_name("cascade"))
+        if self.cascade_rule is not None and self.rerankers:
+            problem = self.cascade_problem(self.cascade_rule)
+            if problem:
+                raise SettingsError(f"{env_name('cascade')}: {problem}")
         self._placements = {
             id(served): resolve_placement(served.spec.device, served.spec.dtype)
             for served in self.served
@@ -177,7 +211,8 @@ class Inference:
         def served(model: Any, role: Any) -> Served[Any]:
             if isinstance(model, Served):
                 return model
-            return Served(role_spec(settings, role, model.model_id), model)
+            calibration = read_calibration(model.model_id) if role is RERANK else None
+            return Served(role_spec(settings, role, model.model_id), model, calibration)
 
         return cls(
             [served(m, EMBEDDING) for m in embedders],
@@ -458,15 +493,61 @@ class Inference:
             for plan, logits, (_, docs) in zip(plans, scored, requests, strict=True)
         ]
 
+    def calibration(self, model: str | None = None) -> Calibration | None:
+        """The calibration of the reranker `model` names (absent: the default), if any."""
+        return self.reranking(model).calibration
+
+    def cascade_problem(self, cascade: Cascade) -> str | None:
+        """Why a cascade cannot run here (its filtering model is not a served reranker),
+        naming the served ones; None when it can."""
+        names = [name for served in self.rerankers for name in served.names]
+        if cascade.model in names:
+            return None
+        return (
+            f"the cascade's model {cascade.model!r} is not a served reranker; the rerankers "
+            f"are: {', '.join(names) or 'none'}"
+        )
+
+    async def cascade(
+        self,
+        query: str,
+        documents: Sequence[str],
+        cascade: Cascade,
+        *,
+        model: str | None = None,
+    ) -> CascadeOutcome:
+        """The cascade: `cascade.model` scores every document, and the reranker `model` names
+        (absent: the default) rescores its top `cascade.top` (`ragrank.cascade`)."""
+        first_model, second_model = self.reranking(cascade.model), self.reranking(model)
+        started = time.perf_counter()
+        first = await self.rerank(query, documents, model=first_model.name)
+        filtered = time.perf_counter()
+        short = shortlist(first.logits, cascade.top)
+        second = await self.rerank(query, [documents[i] for i in short], model=second_model.name)
+        finished = time.perf_counter()
+        merged = cascade_order(first.scores, short, second.scores)
+        return CascadeOutcome(
+            order=merged.order,
+            scores=merged.scores,
+            second=merged.second,
+            stages=(
+                CascadeStage(first.model, first.pairs, (filtered - started) * 1000),
+                CascadeStage(second.model, second.pairs, (finished - filtered) * 1000),
+            ),
+            tokens=first.tokens + second.tokens,
+        )
+
     @staticmethod
     def _outcome(
         served: Served[Scorer], plan: WindowPlan, logits: Sequence[float], documents: int
     ) -> RerankOutcome:
+        best = best_windows(plan, logits, documents)
         return RerankOutcome(
-            logits=best_windows(plan, logits, documents),
+            logits=best,
             tokens=plan.tokens,
             model=served.model.model_id,
             pairs=len(plan.inputs),
+            scores=probabilities(best, served.calibration).tolist(),
         )
 
     def bulk_embedder(self, model: str | None = None) -> EngineEmbedder:

@@ -11,6 +11,7 @@ from ragrank.settings import ANY_NAME, env_name
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ragrank.calibration import Calibration
     from ragrank.inference.spec import ModelSpec
 
 Model = TypeVar("Model")
@@ -22,6 +23,8 @@ class Served(Generic[Model]):
 
     spec: ModelSpec
     model: Model
+    #: A reranker's calibration, read from its folder (None: the plain sigmoid).
+    calibration: Calibration | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

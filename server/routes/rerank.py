@@ -14,7 +14,6 @@ from msgspec import Meta, Struct
 
 from ragrank.errors import InvalidRequestError
 from ragrank.inference import Inference
-from ragrank.protocols import relevance
 from server.limits import length_limit
 from server.routes.shared import (
     MODEL_ERRORS,
@@ -83,8 +82,24 @@ class RerankRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         | None
     ) = None
     raw_scores: Annotated[
-        bool, Meta(description="Return the reranker's logits instead of sigmoid relevance.")
+        bool,
+        Meta(
+            description="Return the reranker's logits instead of its relevance (the "
+            "calibrated probability, or the logit's sigmoid for a model without calibration)."
+        ),
     ] = False
+    min_score: (
+        Annotated[
+            float,
+            Meta(
+                ge=-1e6,
+                le=1e6,
+                description="Drop results whose `relevance_score` is below this (a probability "
+                "in [0, 1], or a logit with `raw_scores`).",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class RerankResult(Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -186,8 +201,7 @@ async def _ranked(
         request,
         inference.rerank(query, texts, max_tokens_per_doc, max_windows_per_doc, model=model),
     )
-    logits = np.asarray(outcome.logits, dtype=np.float32)
-    scores = logits.astype(np.float64) if raw_scores else relevance(logits)
+    scores = np.asarray(outcome.logits if raw_scores else outcome.scores, dtype=np.float64)
     order = np.argsort(-scores, kind="stable")
     return [(int(i), float(scores[i])) for i in order], outcome.tokens, outcome.model
 
@@ -208,6 +222,8 @@ async def rerank(
         max_windows_per_doc=data.max_chunks_per_doc,
         model=data.model,
     )
+    if data.min_score is not None:
+        ranked = [(index, score) for index, score in ranked if score >= data.min_score]
     return RerankResponse(
         model=model,
         usage=Usage(prompt_tokens=tokens, total_tokens=tokens),

@@ -8,6 +8,7 @@ from litestar import Request, post
 from litestar.status_codes import HTTP_200_OK
 from msgspec import Meta, Struct
 
+from ragrank.inference import Cascade
 from ragrank.language import known_language, primary_subtag
 from ragrank.settings import FusionKind, Retrieval
 from server.limits import key_rules, length_limit, value_limit
@@ -29,6 +30,28 @@ FilterKey = Annotated[
     str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 ]
 FilterValue = str | int | float | bool
+
+
+class CascadeRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A cascade of two rerankers for one search."""
+
+    model: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=256,
+            description="The served reranker that scores every candidate (a fast one).",
+        ),
+    ]
+    top: Annotated[
+        int,
+        value_limit(
+            "max_candidates",
+            ge=1,
+            description="How many of its best candidates the request's reranker (`model`, else "
+            "the default) rescores.",
+        ),
+    ]
 
 
 class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -141,6 +164,26 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         Meta(description="List each result's words that the query's BM25 terms matched."),
     ] = False
     model: RerankerName = None
+    cascade: Annotated[
+        bool | CascadeRequest | None,
+        Meta(
+            description='Rerank as a cascade: `{"model": NAME, "top": K}` has the served '
+            "reranker NAME score every candidate and the request's reranker rescore its top K; "
+            "`false` reranks with one model; absent or `true`: the server's RAGRANK_CASCADE."
+        ),
+    ] = None
+    min_score: (
+        Annotated[
+            float,
+            Meta(
+                ge=-1e6,
+                le=1e6,
+                description="Drop results whose `score` is below this (with reranking, an "
+                "estimated probability of relevance in [0, 1]).",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class SearchHit(Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -153,8 +196,10 @@ class SearchHit(Struct, frozen=True, kw_only=True, omit_defaults=True):
     score: Annotated[
         float,
         Meta(
-            description="Reranker relevance in [0, 1] (sigmoid of its logit); "
-            "the first stage's score when `rerank` is false."
+            description="Reranker relevance in [0, 1]: the probability of relevance that "
+            "the model's calibration estimates from its logit (the logit's sigmoid for a model "
+            "without one); in a cascade, the score of the model that placed the result; the "
+            "first stage's score when `rerank` is false."
         ),
     ]
     retrieval_score: Annotated[
@@ -180,6 +225,14 @@ class SearchHit(Struct, frozen=True, kw_only=True, omit_defaults=True):
     ] = None
 
 
+class RerankStage(Struct, frozen=True, kw_only=True):
+    """One reranker's part in a search: two in a cascade."""
+
+    model: str
+    pairs: Annotated[int, Meta(description="(query, window) pairs it scored.")]
+    ms: float
+
+
 class Timings(Struct, frozen=True, kw_only=True):
     """Milliseconds of each stage; a stage the search skipped reads 0."""
 
@@ -188,6 +241,10 @@ class Timings(Struct, frozen=True, kw_only=True):
     retrieve: float
     rerank: float
     total: float
+    rerank_stages: Annotated[
+        list[RerankStage],
+        Meta(description="Each reranker that ran, in order, with the pairs it scored."),
+    ] = []
 
 
 class SearchResponse(Struct, frozen=True, kw_only=True):
@@ -207,6 +264,13 @@ class SearchResponse(Struct, frozen=True, kw_only=True):
             "did not run or applies no language."
         ),
     ] = None
+
+
+def _cascade(requested: bool | CascadeRequest | None) -> Cascade | Literal[False] | None:
+    """The pipeline's cascade argument: a request's own, off, or the server's (None)."""
+    if isinstance(requested, CascadeRequest):
+        return Cascade(model=requested.model, top=requested.top)
+    return False if requested is False else None
 
 
 @post("/v1/search", status_code=HTTP_200_OK)
@@ -234,6 +298,8 @@ async def search(
             language=language,
             highlight=data.highlight,
             model=data.model,
+            cascade=_cascade(data.cascade),
+            min_score=data.min_score,
         ),
     )
     return SearchResponse(
@@ -254,7 +320,13 @@ async def search(
         ],
         reranked=outcome.reranked,
         retrieval=outcome.retrieval,
-        timings_ms=Timings(**outcome.timings_ms),
+        timings_ms=Timings(
+            **outcome.timings_ms,
+            rerank_stages=[
+                RerankStage(model=stage.model, pairs=stage.pairs, ms=stage.ms)
+                for stage in outcome.rerank_stages
+            ],
+        ),
         rerank_error=outcome.rerank_error,
         sparse_language=outcome.sparse_language,
     )

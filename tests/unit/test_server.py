@@ -122,7 +122,9 @@ async def test_each_retrieval_keeps_the_filter_and_times_its_stages(client, retr
     ).json()
     assert answer["retrieval"] == retrieval and answer["results"]
     assert all(hit["metadata"]["lang"] == "en" for hit in answer["results"])
-    assert set(answer["timings_ms"]) == {"embed", "sparse", "retrieve", "rerank", "total"}
+    timings = {"embed", "sparse", "retrieve", "rerank", "total", "rerank_stages"}
+    assert set(answer["timings_ms"]) == timings
+    assert answer["timings_ms"]["rerank_stages"] == []  # no reranking asked
     if retrieval == "sparse":
         # BM25 finds only chunks sharing a term with the query (English stemming: rivers).
         assert all("river" in hit["text"].lower() for hit in answer["results"])
