@@ -18,6 +18,7 @@ GPU = $(shell $(NVIDIA_SMI) -L >/dev/null 2>&1 && echo yes)
 EXTRAS = dev,$(if $(GPU),gpu,eval),finetune,openvino
 
 .DEFAULT_GOAL := help
+.PHONY: rerankers rerankers-teacher rerankers-student rerankers-eval rerankers-latency
 .PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-served gpu-kit gpu-check bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
@@ -77,6 +78,46 @@ bench-gpu: setup ## one GPU: packed vs padded, budgets, kernels, server vs model
 
 bench-served: setup ## /v1/rerank against a device model fitted to the H200: old and new engine, 1-64 clients, open loop (SERVED_ARGS)
 	$(BIN)/python -m eval.bench.served $(SERVED_ARGS)
+
+# Rerankers trained here, from real multilingual-e5-small weights on XQuAD-R's train side (a
+# split by paragraph), under $(RERANKERS) (never committed): a teacher, a student distilled
+# from it, the eval of both and their cascade, and each one's search latency on this machine.
+E5_SMALL ?= ragrank-data/models/multilingual-e5-small-q4
+XQUAD ?= ../shared/data/xquad-r
+XQUAD_DIRS = $(addprefix $(XQUAD)/,ar de el en es hi ru th tr vi zh)
+RERANKERS ?= runs/rerankers
+# Test queries evaluated per language (the first N of the test side); empty: all of them.
+EVAL_QUERIES ?= 100
+SPLIT_FLAGS = --split test --split-by paragraph --split-seed 42 --test-share 0.3
+TRAIN_FLAGS = --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) --validation-share 0.1 --base $(E5_SMALL) \
+  --negatives 4 --batch-size 8 --max-length 128 --freeze-embeddings --head-learning-rate 5e-4 \
+  --validation-queries 110 --no-progress
+SERVED = RAGRANK_EMBED_MODEL=$(E5_SMALL) \
+  RAGRANK_RERANK_MODELS=teacher=$(RERANKERS)/teacher/model,student=$(RERANKERS)/student/model
+
+rerankers: rerankers-eval rerankers-latency ## train a reranker and distil a student on XQuAD-R (2 CPU cores: about 2 h), evaluate both and their cascade
+
+$(E5_SMALL)/model.safetensors:
+	bash ../shared/models/multilingual-e5-small-q4/build.sh $(E5_SMALL) $(BIN)/python
+
+rerankers-teacher: setup $(E5_SMALL)/model.safetensors ## the teacher: multilingual-e5-small with a fresh head, lce on hybrid's hard negatives
+	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
+	  --output $(RERANKERS)/teacher --loss lce --learning-rate 5e-5 --max-steps 560 --eval-every 140
+
+rerankers-student: rerankers-teacher ## the student: the first 4 of e5-small's 12 layers, distilled from the teacher (margin MSE)
+	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
+	  --output $(RERANKERS)/student --teacher $(RERANKERS)/teacher/model --layers 4 \
+	  --learning-rate 8e-5 --max-steps 300 --eval-every 100
+
+rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hybrid, teacher, student, cascade at K = 5, 10, 20
+	$(SERVED) RAGRANK_CASCADE=student:10 $(BIN)/ragrank eval \
+	  $(addprefix --dataset ,$(XQUAD_DIRS)) --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) \
+	  --systems cosine,hybrid,hybrid-reranked,cascade-first,cascade --cascade-top 5 20 \
+	  --candidates 20 --versus hybrid hybrid-reranked $(if $(EVAL_QUERIES),--limit-queries $(EVAL_QUERIES)) \
+	  --output $(RERANKERS)/eval
+
+rerankers-latency: rerankers-student ## /v1/search p50 and p99 of the teacher, the student and the cascade at each K, on this machine
+	$(SERVED) $(BIN)/python -m eval.bench.cascade --data $(XQUAD)/en --out $(RERANKERS)/latency.json
 
 gpu-kit: setup ## DIR=folder: wheels, code, SciFact and configs (<= 48 MiB) for an air-gapped GPU host; there: bash DIR/run-gpu-check.sh
 	@test -n "$(DIR)" || { echo "usage: make gpu-kit DIR=folder" >&2; exit 2; }

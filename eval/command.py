@@ -21,7 +21,7 @@ from eval.systems import TOP_K, plan
 from ragrank.backends.serving import load_inference
 from ragrank.device import resolve_placement
 from ragrank.errors import DocumentError
-from ragrank.inference import ModelSpecs, role_spec
+from ragrank.inference import ModelSpec, ModelSpecs, model_specs, role_spec
 from ragrank.roles import EMBEDDING, RERANK
 from ragrank.sparse import sparse_encoder
 from ragrank.store import EdgeStore, IndexTuning, Store, open_store, sparse_stamp
@@ -58,6 +58,7 @@ def run_eval(
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
     earlier = read_report(against_report) if against_report else None
+    options = replace(options, cascade=settings.cascade)
     merge = beir_folders(merge)
     faiss_build()  # two faiss builds installed are refused before any model loads
     reranks = any(system.needs_reranker for system in plan(options.systems))
@@ -75,7 +76,7 @@ def run_eval(
             settings, embed_model=baseline_embed_model, query_prefix=None, passage_prefix=None
         )
         embedders.append(role_spec(unprefixed, EMBEDDING, baseline_embed_model))
-    rerankers = [role_spec(rerank_settings, RERANK, settings.rerank_model)] if reranks else []
+    rerankers = _rerankers(rerank_settings, options) if reranks else []
     inference = load_inference(
         settings, ModelSpecs(tuple(embedders), tuple(rerankers)), offline=True
     )
@@ -118,6 +119,14 @@ def run_eval(
     for path in write_report(report, results, output):
         print(f"wrote {path}")
     return 0
+
+
+def _rerankers(settings: Settings, options: EvalOptions) -> list[ModelSpec]:
+    """The default reranker, or every served one when a cascade system runs (its fast
+    reranker is one of RAGRANK_RERANK_MODELS)."""
+    if any(name.startswith("cascade") for name in options.systems):
+        return list(model_specs(settings).rerankers)
+    return [role_spec(settings, RERANK, settings.rerank_model)]
 
 
 def beir_folders(paths: Sequence[Path]) -> list[Path]:

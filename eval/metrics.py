@@ -26,6 +26,8 @@ STAT_TESTS = ("fisher", "student")
 PERMUTATIONS = 10_000
 BOOTSTRAP_RESAMPLES = 10_000
 CONFIDENCE = 0.95
+#: A difference is called significant below this p-value.
+ALPHA = 1 - CONFIDENCE
 SEED = 0
 
 
@@ -187,6 +189,24 @@ def bootstrap_ci(values: np.ndarray) -> tuple[float, float]:
     )
     interval = result.confidence_interval
     return float(interval.low), float(interval.high)
+
+
+def paired_tests(deltas: np.ndarray) -> dict[str, float]:
+    """Two-sided p-values of per-query deltas (challenger - baseline) pooled over datasets:
+    Fisher's randomisation test (signs flipped at random, seeded, as ranx's `fisher`) and
+    Student's paired t-test."""
+    if len(deltas) < 2 or (np.ptp(deltas) == 0 and deltas[0] == 0):
+        return dict.fromkeys(STAT_TESTS, 1.0)
+    fisher = stats.permutation_test(
+        (deltas,),
+        np.mean,
+        permutation_type="samples",
+        n_resamples=PERMUTATIONS,
+        alternative="two-sided",
+        rng=np.random.default_rng(SEED),
+    )
+    student = stats.ttest_1samp(deltas, 0.0)
+    return {"fisher": float(fisher.pvalue), "student": float(student.pvalue)}
 
 
 def _qrels(qrels: Qrels) -> Any:

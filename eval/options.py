@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from eval.splits import SPLIT_BY_HELP, SPLIT_SEED_HELP, TEST_SHARE_HELP, VALIDATION_SHARE_HELP
 from eval.systems import DEFAULT_SYSTEMS, SYSTEMS, TOP_K, systems_help
 from ragrank.errors import SettingsError
 from ragrank.options import option
@@ -65,6 +66,11 @@ class EvalOptions:
 
     systems: tuple[str, ...] = option(DEFAULT_SYSTEMS, systems_help(), choices=tuple(SYSTEMS))
     split: str = option("test", "qrels/<split>.tsv to use")
+    split_by: str | None = option(
+        None, SPLIT_BY_HELP + "; the eval scores the test side's queries only", metavar="FIELD"
+    )
+    split_seed: int = option(42, SPLIT_SEED_HELP)
+    test_share: float = option(0.3, TEST_SHARE_HELP)
     candidates: int = option(100, "first-stage documents the cross-encoder reranks")
     limit_queries: int | None = option(
         None, "evaluate the first N judged queries of each dataset", metavar="N"
@@ -91,6 +97,18 @@ class EvalOptions:
         "how much of BM25's part of a hybrid score a passage in another language than the "
         "query's takes from the dense list instead (0: as Qdrant fuses)",
         setting="fusion_other_languages",
+    )
+    #: The cascade the `cascade` systems evaluate: the settings' (`--cascade`, or
+    #: RAGRANK_CASCADE), as the server runs it.
+    cascade: str = option("", cli=False)
+    cascade_top: tuple[int, ...] = option(
+        (), "also evaluate the cascade at each of these K (its curve)", metavar="K"
+    )
+    versus: tuple[str, ...] = option(
+        (),
+        "also compare every system against these (e.g. hybrid), per dataset and on the "
+        "macro average with a paired test over every query",
+        metavar="SYSTEM",
     )
     oracle_k: int | None = option(
         None,
@@ -123,8 +141,6 @@ class EvalOptions:
             )
         if not 1 <= self.candidates <= TOP_K:
             raise SettingsError(f"--candidates must be between 1 and {TOP_K}")
-        if self.limit_queries is not None and self.limit_queries < 1:
-            raise SettingsError("--limit-queries must be at least 1")
         if self.fusion not in FUSIONS:
             raise SettingsError(f"--fusion must be one of {', '.join(FUSIONS)}")
         if self.rrf_k < 1:
@@ -137,15 +153,36 @@ class EvalOptions:
                 raise SettingsError(f"{flag} must be between 0.01 and 100")
         if not 0 <= self.fusion_other_languages <= 1:
             raise SettingsError("--fusion-other-languages must be between 0 and 1")
+        if any(not 1 <= top <= self.candidates for top in self.cascade_top):
+            raise SettingsError("--cascade-top: each K must be between 1 and --candidates")
+        unknown = set(self.versus) - set(self.systems) - {"cascade", "cosine"}
+        if unknown:
+            raise SettingsError(f"--versus: {', '.join(sorted(unknown))} is not among --systems")
         if self.oracle_k is not None and not 1 <= self.oracle_k <= TOP_K:
             raise SettingsError(f"--oracle-k must be between 1 and {TOP_K}")
+
+    def _check_comparisons(self) -> None:
+        if self.limit_queries is not None and self.limit_queries < 1:
+            raise SettingsError("--limit-queries must be at least 1")
+        if not 0 < self.test_share < 1:
+            raise SettingsError("--test-share must be in (0, 1)")
+        if any(not 1 <= top <= self.candidates for top in self.cascade_top):
+            raise SettingsError("--cascade-top: each K must be between 1 and --candidates")
+        unknown = set(self.versus) - set(self.systems) - {"cosine"}
+        if unknown:
+            raise SettingsError(f"--versus: {', '.join(sorted(unknown))} is not among --systems")
 
     @property
     def oracle_depth(self) -> int:
         return self.oracle_k or self.candidates
 
 
-LOSSES = ("bce", "listnet", "mnrl")
+LOSSES = ("bce", "listnet", "lce", "mnrl")
+#: Where hard negatives come from: the hybrid first stage the server runs (dense and BM25
+#: fused), or exact cosine alone.
+MINERS = ("hybrid", "cosine")
+#: How a student learns its teacher's scores.
+DISTIL_LOSSES = ("mse", "margin-mse")
 
 
 @dataclass(frozen=True)
@@ -153,16 +190,72 @@ class FinetuneOptions:
     """The options of `ragrank finetune reranker|embedder`; `FINETUNE_ROLES` holds the defaults
     that differ between the two."""
 
-    dataset: Path = option(help="BEIR folder to train on", metavar="DIR")
     output: Path = option(
         help="run folder: checkpoints, report and the model in model/ (rerun to resume)"
+    )
+    dataset: Path | None = option(None, "BEIR folder to train on", metavar="DIR")
+    merge: tuple[Path, ...] = option(
+        (),
+        "BEIR folders merged into one collection to train on, e.g. one per language (as "
+        "ragrank eval --merge: ids prefixed by the folder's name)",
+        metavar="DIR",
     )
     split: str = option("train", "qrels/<split>.tsv to train on")
     held_out_split: str | None = option(
         "test", "split whose queries are never trained or validated on ('none': no such split)"
     )
+    split_by: str | None = option(
+        None,
+        SPLIT_BY_HELP + "; replaces --held-out-split and --validation-fraction",
+        metavar="FIELD",
+    )
+    split_seed: int = option(42, SPLIT_SEED_HELP)
+    test_share: float = option(0.3, TEST_SHARE_HELP)
+    validation_share: float = option(0.1, VALIDATION_SHARE_HELP)
     base: str | None = option(
         None, "model to start from (default: RAGRANK_RERANK_MODEL or RAGRANK_EMBED_MODEL)"
+    )
+    layers: int | None = option(
+        None,
+        "keep the base's first N transformer layers (a shallower, faster student)",
+        metavar="N",
+    )
+    teacher: str | None = option(
+        None,
+        "a reranker (folder or hub id) whose scores the model learns on the mined candidates "
+        "(distillation); labels, where there are any, are mixed in by --label-weight",
+        metavar="MODEL",
+    )
+    unlabelled_queries: Path | None = option(
+        None,
+        "with --teacher: a file of queries without labels (queries.jsonl, or one query a line) "
+        "to distil on, e.g. your own traffic; their candidates come from the first stage",
+        metavar="FILE",
+    )
+    distil_loss: str = option(
+        "margin-mse",
+        "with --teacher: mse on the logits, or margin-mse on (first, other) candidate differences",
+        choices=DISTIL_LOSSES,
+    )
+    label_weight: float = option(
+        0.0, "with --teacher: weight of the labelled loss added to the teacher's (0: none)"
+    )
+    mine_with: str = option("hybrid", "first stage the negatives come from", choices=MINERS)
+    freeze_embeddings: bool = option(
+        False,
+        "keep the token embedding table fixed (a third faster on a CPU for a 250k-token "
+        "multilingual vocabulary)",
+    )
+    head_learning_rate: float | None = option(
+        None, "learning rate of a fresh head (default: --learning-rate)", metavar="LR"
+    )
+    validation_queries: int | None = option(
+        None,
+        "validate on a seeded sample of N validation queries (validation passes cost time)",
+        metavar="N",
+    )
+    eval_every: int | None = option(
+        None, "validate and checkpoint every N steps instead of every epoch", metavar="N"
     )
     epochs: float = option(3.0, "training epochs")
     learning_rate: float = option(3e-5, "peak learning rate")
@@ -202,21 +295,45 @@ class FinetuneOptions:
             "--validation-candidates must be at least 10": self.validation_candidates >= 10,
             "--max-length must be at least 16": self.max_length >= 16,
             "--max-steps must be at least 1": self.max_steps is None or self.max_steps >= 1,
+            "give --dataset DIR or --merge DIR [DIR ...], not both": (self.dataset is None)
+            != (not self.merge),
+            "--test-share must be in (0, 1)": 0 < self.test_share < 1,
+            "--validation-share must be in (0, 1 - --test-share)": 0
+            < self.validation_share
+            < 1 - self.test_share,
+            "--layers must be at least 1": self.layers is None or self.layers >= 1,
+            "--unlabelled-queries needs --teacher": self.unlabelled_queries is None
+            or self.teacher is not None,
+            f"--distil-loss must be one of {', '.join(DISTIL_LOSSES)}": self.distil_loss
+            in DISTIL_LOSSES,
+            "--label-weight must be at least 0": self.label_weight >= 0,
+            f"--mine-with must be one of {', '.join(MINERS)}": self.mine_with in MINERS,
+            "--head-learning-rate must be above 0": self.head_learning_rate is None
+            or self.head_learning_rate > 0,
+            "--validation-queries must be at least 10": self.validation_queries is None
+            or self.validation_queries >= 10,
+            "--eval-every must be at least 1": self.eval_every is None or self.eval_every >= 1,
         }
         failed = [message for message, ok in checks.items() if not ok]
         if failed:
             raise SettingsError("; ".join(failed))
-        if self.held_out_split == self.split:
+        if self.split_by is None and self.held_out_split == self.split:
             raise SettingsError(f"--held-out-split {self.split!r} is the training split")
 
     def recorded(self) -> dict[str, Any]:
         """The options that shape the run (not how it is shown), JSON-ready."""
-        shown = {"progress", "cache_dir"}
-        return {
-            f.name: str(value) if isinstance(value := getattr(self, f.name), Path) else value
-            for f in fields(self)
-            if f.name not in shown
-        }
+        # The folder itself is not an option of the run: a moved run folder still resumes.
+        shown = {"progress", "cache_dir", "output"}
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in shown}
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready copy of an option's value (paths as strings, tuples as lists)."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -230,9 +347,10 @@ class FinetuneRole:
 
 FINETUNE_ROLES = {
     RERANK.trainee: FinetuneRole(
-        "train a one-logit cross-encoder (binary cross-entropy or ListNet); --base may be a "
-        "cross-encoder or a plain encoder, which gets a fresh head",
-        ("bce", "listnet"),
+        "train a one-logit cross-encoder (binary cross-entropy, ListNet, or lce: softmax "
+        "cross-entropy of each positive against its hard negatives); --base may be a "
+        "cross-encoder or a plain encoder, which gets a fresh head; --teacher distils one",
+        ("bce", "listnet", "lce"),
         {"loss": "bce", "batch_size": 16, "negatives": 4},
     ),
     EMBEDDING.trainee: FinetuneRole(

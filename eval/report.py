@@ -17,6 +17,7 @@ from rich.table import Table
 from eval.against import against_rows
 from eval.exact import FAISS_DISTRIBUTIONS, faiss_build, installed_versions
 from eval.metrics import (
+    ALPHA,
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
     HEADLINE,
@@ -25,7 +26,9 @@ from eval.metrics import (
     SEED,
     STAT_TESTS,
     Comparison,
+    bootstrap_ci,
     format_p,
+    paired_tests,
 )
 from eval.systems import BASELINE, SYSTEMS
 
@@ -109,6 +112,7 @@ def _dataset(result: DatasetResult) -> dict[str, Any]:
         "ann_recall_vs_exact": result.ann_recall,
         "sparse_query_languages": result.sparse_query_languages,
         "timings": result.timings,
+        "reliability": result.reliability,
         "per_query": {
             qid: {
                 "query": text,
@@ -135,6 +139,41 @@ def _comparison(comparison: Comparison) -> dict[str, Any]:
     }
 
 
+def pooled_comparisons(results: Sequence[DatasetResult]) -> dict[str, dict[str, Any]]:
+    """Baseline → challenger → the macro comparison: every dataset's queries pooled (their
+    mean is the macro average when the datasets hold as many queries each, as XQuAD-R's
+    languages do), with a bootstrap interval, both paired tests, wins, ties and losses, and
+    the datasets improved and significantly worse."""
+    pooled: dict[tuple[str, str], list[float]] = {}
+    improved: dict[tuple[str, str], list[float]] = {}
+    worse: dict[tuple[str, str], int] = {}
+    for result in results:
+        for c in result.comparisons:
+            key = (c.baseline, c.challenger)
+            after = result.scores[c.challenger].per_query[HEADLINE]
+            before = result.scores[c.baseline].per_query[HEADLINE]
+            pooled.setdefault(key, []).extend(after[q] - before[q] for q in after)
+            improved.setdefault(key, []).append(c.delta[HEADLINE])
+            lost = c.delta[HEADLINE] < 0 and c.p_values["fisher"][HEADLINE] < ALPHA
+            worse[key] = worse.get(key, 0) + int(lost)
+    versus: dict[str, dict[str, Any]] = {}
+    for (baseline, challenger), values in pooled.items():
+        deltas = np.asarray(values)
+        versus.setdefault(baseline, {})[challenger] = {
+            "queries": len(deltas),
+            "delta": float(deltas.mean()),
+            "delta_ci": list(bootstrap_ci(deltas)),
+            "p_values": paired_tests(deltas),
+            "wins": int((deltas > 0).sum()),
+            "ties": int((deltas == 0).sum()),
+            "losses": int((deltas < 0).sum()),
+            "datasets_improved": sum(d > 0 for d in improved[(baseline, challenger)]),
+            "datasets_significantly_worse": worse[(baseline, challenger)],
+            "datasets": len(improved[(baseline, challenger)]),
+        }
+    return versus
+
+
 def macro_average(results: Sequence[DatasetResult]) -> dict[str, Any]:
     """Unweighted mean over datasets of each system's metrics and each comparison's delta."""
     systems = {name for result in results for name in result.scores}
@@ -155,6 +194,7 @@ def macro_average(results: Sequence[DatasetResult]) -> dict[str, Any]:
         name: {HEADLINE: float(np.mean(values)), "datasets_improved": sum(v > 0 for v in values)}
         for name, values in deltas.items()
     }
+    macro["versus"] = pooled_comparisons(results)
     macro["oracle"] = {
         name: float(np.mean([r.oracle[name] for r in results if name in r.oracle]))
         for name in sorted({name for r in results for name in r.oracle})
@@ -203,7 +243,13 @@ class ReportTable:
 
 def _tables(report: Mapping[str, Any]) -> list[ReportTable]:
     """The tables both the terminal and report.md show, in order."""
-    tables = [_headline(report), _against_cosine(report), _embedder(report)]
+    tables = [_headline(report), _against_cosine(report)]
+    tables += [
+        _versus(report, baseline)
+        for baseline in report["config"].get("versus", ())
+        if baseline != BASELINE
+    ]
+    tables += [_pairs(report), _reliability(report), _embedder(report)]
     if "against" in report:
         header, rows = against_rows(report["against"])
         tables.append(
@@ -288,6 +334,91 @@ def _against_cosine(report: Mapping[str, Any]) -> ReportTable:
         rows=rows,
         bold=frozenset(range(first_macro, len(rows))),
         labels=2,
+    )
+
+
+def _versus(report: Mapping[str, Any], baseline: str) -> ReportTable:
+    """Each system against `baseline` (`--versus`), per dataset, then on every query pooled
+    (the macro average) with its own interval and paired tests."""
+    datasets = report["datasets"]
+    compared = [(d, c) for d in datasets for c in d["comparisons"] if c["baseline"] == baseline]
+    rows = [[d["name"], c["challenger"], *_comparison_cells(c)] for d, c in compared]
+    first_macro = len(rows)
+    for name, c in report["macro"].get("versus", {}).get(baseline, {}).items():
+        low, high = c["delta_ci"]
+        rows.append(
+            [
+                f"macro average ({c['queries']} queries)",
+                name,
+                f"{c['delta']:+.4f} [{low:+.3f}, {high:+.3f}]",
+                format_p(c["p_values"]["fisher"]),
+                format_p(c["p_values"]["student"]),
+                f"{c['wins']}/{c['ties']}/{c['losses']}; {c['datasets_improved']} of "
+                f"{c['datasets']} improved, {c['datasets_significantly_worse']} significantly "
+                "worse",
+            ]
+        )
+    return ReportTable(
+        title=f"{HEADLINE.upper()} against {baseline}",
+        header=["dataset", "system", *COMPARED],
+        rows=rows,
+        bold=frozenset(range(first_macro, len(rows))),
+        labels=2,
+        note=f"Significantly worse: Δ < 0 at p < {ALPHA:.2f} (Fisher's randomisation test).",
+    )
+
+
+def _pairs(report: Mapping[str, Any]) -> ReportTable:
+    """Each reranking system's macro NDCG@10 and the pairs per query each of its rerankers
+    scored: what the cascade saves of the large model's work."""
+    rows = []
+    macro = report["macro"]
+    for name in macro:
+        keys = {
+            stage: [
+                d["timings"].get(f"{name}_{stage}_pairs_per_query")
+                for d in report["datasets"]
+                if f"{name}_{stage}_pairs_per_query" in d["timings"]
+            ]
+            for stage in ("default", "fast")
+        }
+        if not any(keys.values()) or HEADLINE not in macro[name]:
+            continue
+        cells = [f"{np.mean(v):.1f}" if v else "0" for v in (keys["default"], keys["fast"])]
+        rows.append([name, f"{macro[name][HEADLINE]:.4f}", *cells])
+    return ReportTable(
+        title="The rerankers' work",
+        header=["system", f"macro {HEADLINE}", "default reranker pairs/query", "fast pairs/query"],
+        rows=rows,
+        note="Pairs per query each reranker scored; the cascade's default reranker scores its K.",
+    )
+
+
+def _reliability(report: Mapping[str, Any]) -> ReportTable:
+    """How far each reranking system's relevance scores are from the observed relevance of
+    the pairs it reranked: the expected calibration error of the plain sigmoid and of the
+    model's calibration."""
+    rows = []
+    for d in report["datasets"]:
+        for name, r in d.get("reliability", {}).items():
+            calibrated = f"{r['ece_calibrated']:.4f}" if "ece_calibrated" in r else "–"
+            rows.append(
+                [
+                    d["name"],
+                    name,
+                    f"{int(r['pairs']):,}",
+                    f"{r['relevant_share']:.3f}",
+                    f"{r['ece_sigmoid']:.4f}",
+                    calibrated,
+                ]
+            )
+    return ReportTable(
+        title="Reliability of the relevance scores",
+        header=["dataset", "system", "pairs", "relevant", "ECE sigmoid", "ECE calibrated"],
+        rows=rows,
+        labels=2,
+        note="Expected calibration error over 10 bins (0: a score of p means relevant p of the "
+        "time); calibrated: the model's Platt scaling, fitted on its validation queries.",
     )
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from ragrank.cascade import cascade_order, shortlist
 from ragrank.documents import Chunk, Document
 
 if TYPE_CHECKING:
@@ -55,11 +56,12 @@ def rerank_run(
     *,
     candidates: int,
     progress: bool = True,
+    model: str | None = None,
 ) -> tuple[dict[str, dict[str, float]], int]:
-    """Rerank each query's top `candidates` from `first_stage` with the inference's default
-    reranker, each document scored by its best window as the server scores it. Ranks after
-    `candidates` keep the first stage's order below the reranked ones, so Recall@100 stays
-    comparable.
+    """Rerank each query's top `candidates` from `first_stage` with the inference's reranker
+    `model` names (absent: the default), each document scored by its best window as the
+    server scores it. Ranks after `candidates` keep the first stage's order below the
+    reranked ones, so Recall@100 stays comparable.
 
     Every query goes through `Inference.rerank_all`: windows planned from ids tokenised once,
     all queued together, batched across queries by the engine (an offline inference's window
@@ -78,7 +80,7 @@ def rerank_run(
 
         inference.on_batch.append(report)
         try:
-            outcomes = inference.call(inference.rerank_all(requests))
+            outcomes = inference.call(inference.rerank_all(requests, model=model))
         finally:
             inference.on_batch.remove(report)
 
@@ -86,11 +88,69 @@ def rerank_run(
     for qid, outcome in zip(queries, outcomes, strict=True):
         doc_ids = first_order[qid][:candidates]
         scores = dict(zip(doc_ids, outcome.logits, strict=True))
-        rest = first_order[qid][candidates:]
-        floor = min(scores.values(), default=0.0)
-        scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
-        best[qid] = scores
+        best[qid] = _below(scores, first_order[qid][candidates:])
     return best, sum(outcome.pairs for outcome in outcomes)
+
+
+def _below(scores: dict[str, float], rest: Sequence[str]) -> dict[str, float]:
+    """`scores`, with the documents of `rest` after them in their order, so that ranks past
+    the reranked ones keep the first stage's order (and Recall@100 stays comparable)."""
+    floor = min(scores.values(), default=0.0)
+    scores.update({doc_id: floor - 1.0 - rank for rank, doc_id in enumerate(rest)})
+    return scores
+
+
+def cascade_run(
+    inference: Reranking,
+    queries: Mapping[str, str],
+    first_stage: Run,
+    fast: Run,
+    passages: Mapping[str, str],
+    *,
+    candidates: int,
+    top: int,
+    large: Run | None = None,
+    progress: bool = True,
+) -> tuple[dict[str, dict[str, float]], int]:
+    """The cascade over each query's top `candidates` of `first_stage`: `fast` (the fast
+    reranker's run over the same candidates) shortlists its `top`, which the default reranker
+    rescores, merged by the serving rule (`ragrank.cascade`). `large`, the default
+    reranker's run over the same candidates, supplies those scores when given (the same
+    pairs scored once); otherwise the shortlists are reranked. Returns the run and the pairs
+    the default reranker scored."""
+    first_order = {qid: ranked(first_stage.get(qid, {}))[:candidates] for qid in queries}
+    shortlists: dict[str, list[int]] = {}
+    fast_scores: dict[str, list[float]] = {}
+    for qid in queries:
+        fast_scores[qid] = [fast[qid][doc_id] for doc_id in first_order[qid]]
+        shortlists[qid] = shortlist(fast_scores[qid], top)
+    if large is not None:
+        second = {
+            qid: [large[qid][first_order[qid][i]] for i in shortlists[qid]] for qid in queries
+        }
+        pairs = sum(len(short) for short in shortlists.values())
+    else:
+        short_run, pairs = rerank_run(
+            inference,
+            queries,
+            {
+                qid: {first_order[qid][i]: -float(rank) for rank, i in enumerate(short)}
+                for qid, short in shortlists.items()
+            },
+            passages,
+            candidates=top,
+            progress=progress,
+        )
+        second = {
+            qid: [short_run[qid][first_order[qid][i]] for i in shortlists[qid]] for qid in queries
+        }
+    run: dict[str, dict[str, float]] = {}
+    for qid in queries:
+        merged = cascade_order(fast_scores[qid], shortlists[qid], second[qid])
+        scores = {first_order[qid][i]: -float(position) for position, i in enumerate(merged.order)}
+        rest = [d for d in ranked(first_stage.get(qid, {})) if d not in scores]
+        run[qid] = _below(scores, rest)
+    return run, pairs
 
 
 def index_corpus(

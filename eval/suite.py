@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from eval.calibration import reliability
 from eval.embedding_cache import EmbeddingCache, cache_key
 from eval.exact import ExactIndex
 from eval.metrics import Comparison, SystemScores, compare, oracle_ndcg, score_run
 from eval.runs import exact_run, index_corpus, overlap_recall
+from eval.splits import group_split
 from eval.systems import BASELINE, TOP_K, System, SystemInputs, plan
 from ragrank.beir import BeirDataset, load_beir, merge_beir
 from ragrank.errors import DocumentError, SettingsError
@@ -66,6 +68,8 @@ class DatasetResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: How many queries BM25 analysed in each language (`+` joins two when unsure).
     sparse_query_languages: dict[str, int] = field(default_factory=dict)
+    #: Each reranking system's reliability: ECE of its sigmoid and of its calibration.
+    reliability: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def evaluate_dataset(
@@ -112,8 +116,62 @@ def evaluate_collection(
     (`cosine-baseline`) is the baseline that cosine itself is compared against. With
     `by_language`, one result per query language, each scored on that language's queries
     against the whole collection."""
-    queries = _evaluated_queries(dataset, options.limit_queries)
+    queries = _evaluated_queries(dataset, options)
     qrels = {qid: dataset.qrels[qid] for qid in queries}
+    runs, inputs = _system_runs(
+        dataset, queries, embedder, reranker, options, open_store=open_store, sparse=sparse
+    )
+    if baseline_embedder is not None:
+        runs[BASELINE_COSINE] = _cosine_run(baseline_embedder, dataset, queries, options)
+    groups = {"": list(queries)}
+    if by_language:
+        groups = {}
+        for qid in queries:
+            groups.setdefault(dataset.query_languages.get(qid, "unknown"), []).append(qid)
+    return [
+        _scored_group(
+            dataset,
+            inputs,
+            path=path,
+            language=language,
+            qids=qids,
+            runs=runs,
+            qrels=qrels,
+            options=options,
+        )
+        for language, qids in groups.items()
+    ]
+
+
+def first_stage_runs(
+    dataset: BeirDataset,
+    queries: Mapping[str, str],
+    embedder: Embedder,
+    options: EvalOptions,
+    *,
+    open_store: StoreFactory | None = None,
+    sparse: SparseEncoder | None = None,
+) -> dict[str, Run]:
+    """The top-100 runs of `options.systems` for `queries`, exactly as `ragrank eval` makes
+    them (fine-tuning mines its negatives from these)."""
+    runs, _ = _system_runs(
+        dataset, queries, embedder, None, options, open_store=open_store, sparse=sparse
+    )
+    return runs
+
+
+def _system_runs(
+    dataset: BeirDataset,
+    queries: Mapping[str, str],
+    embedder: Embedder,
+    reranker: Reranking | None,
+    options: EvalOptions,
+    *,
+    open_store: StoreFactory | None,
+    sparse: SparseEncoder | None,
+) -> tuple[dict[str, Run], SystemInputs]:
+    """Encode the corpus (cached) and the queries, index the corpus where a system searches
+    Qdrant, and run every planned system."""
     doc_ids = list(dataset.corpus)
     passages = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
     timings: dict[str, float] = {}
@@ -144,26 +202,7 @@ def evaluate_collection(
     ) as store:
         inputs.store = store
         runs = _run_systems(systems, inputs)
-    if baseline_embedder is not None:
-        runs[BASELINE_COSINE] = _cosine_run(baseline_embedder, dataset, queries, options)
-    groups = {"": list(queries)}
-    if by_language:
-        groups = {}
-        for qid in queries:
-            groups.setdefault(dataset.query_languages.get(qid, "unknown"), []).append(qid)
-    return [
-        _scored_group(
-            dataset,
-            inputs,
-            path=path,
-            language=language,
-            qids=qids,
-            runs=runs,
-            qrels=qrels,
-            options=options,
-        )
-        for language, qids in groups.items()
-    ]
+    return runs, inputs
 
 
 def _scored_group(
@@ -199,7 +238,12 @@ def _scored_group(
             f"recall@{k}": overlap_recall(group_runs["ann"], group_runs[BASELINE], k)
             for k in (10, TOP_K)
         }
-    _score(result, {q: qrels[q] for q in qids}, group_runs, options)
+    group_qrels = {q: qrels[q] for q in qids}
+    _score(result, group_qrels, group_runs, options)
+    for name, (model, logits) in inputs.reranked.items():
+        calibration = inputs.reranker.calibration(model) if inputs.reranker else None
+        group_logits = {q: logits[q] for q in qids if q in logits}
+        result.reliability[name] = reliability(group_qrels, group_logits, calibration)
     return result
 
 
@@ -222,6 +266,7 @@ def _run_systems(systems: Sequence[System], inputs: SystemInputs) -> dict[str, R
         start = time.perf_counter()
         runs[system.name] = system.run(system, inputs)
         inputs.timings[system.timing_key] = _per_query_ms(start, len(inputs.queries))
+    runs.update(inputs.extra_runs)
     return runs
 
 
@@ -243,6 +288,14 @@ def _score(
         result.scores,
         baseline="cosine",
     )
+    for versus in options.versus:
+        if versus in runs and versus != "cosine":
+            result.comparisons += compare(
+                qrels,
+                {name: run for name, run in runs.items() if name != BASELINE_COSINE},
+                result.scores,
+                baseline=versus,
+            )
     if BASELINE_COSINE in runs:
         result.comparisons += compare(
             qrels,
@@ -358,14 +411,23 @@ def evaluate_datasets(
         )
 
 
-def _evaluated_queries(dataset: BeirDataset, limit: int | None) -> dict[str, str]:
-    """The judged queries in file order, the first `limit` of them when limited."""
+def _evaluated_queries(dataset: BeirDataset, options: EvalOptions) -> dict[str, str]:
+    """The judged queries in file order: those on the test side of `--split-by` when it is
+    given, the first `--limit-queries` of them when limited."""
     judged = dataset.judged_queries
     missing = len(dataset.qrels) - len(judged)
     if missing:
         log.warning("%s: %d judged query ids are not in queries.jsonl", dataset.name, missing)
     if not judged:
         raise DocumentError(f"{dataset.name}: no query of queries.jsonl has relevance labels")
+    split = group_split(options)
+    if split is not None:
+        judged = {qid: judged[qid] for qid in split.queries(dataset, "test", judged)}
+        if not judged:
+            raise DocumentError(
+                f"{dataset.name}: no judged query is on the test side of --split-by"
+            )
+    limit = options.limit_queries
     return dict(list(judged.items())[:limit]) if limit else judged
 
 

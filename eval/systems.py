@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from ragrank.errors import SettingsError
 from ragrank.store.fusion import FusionSettings
 
 if TYPE_CHECKING:
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
     from eval.exact import ExactIndex
     from eval.metrics import Run
+    from ragrank.cascade import Cascade
     from ragrank.protocols import Reranking, Vectors
     from ragrank.sparse import SparseVector
     from ragrank.store import Store
@@ -35,6 +37,10 @@ class RunOptions(FusionSettings, Protocol):
     def progress(self) -> bool: ...
     @property
     def query_language(self) -> str: ...
+    @property
+    def cascade(self) -> str: ...
+    @property
+    def cascade_top(self) -> tuple[int, ...]: ...
 
 
 @dataclass
@@ -58,8 +64,14 @@ class SystemInputs:
     languages_stored: bool = False
     #: The inference whose default reranker reranks.
     reranker: Reranking | None = None
-    #: Timings beyond the suite's per-query milliseconds (a reranker's pairs/s).
+    #: Timings beyond the suite's per-query milliseconds (a reranker's pairs/s), and the
+    #: pairs each reranker scored per query (`<system>_pairs_per_query`).
     timings: dict[str, float] = field(default_factory=dict)
+    #: Runs a system adds beside its own (the cascade at each `--cascade-top`).
+    extra_runs: dict[str, Run] = field(default_factory=dict)
+    #: A reranking system → the reranker it ran (None: the default) and its logit of each
+    #: reranked (query, document): what the reliability of its scores is measured on.
+    reranked: dict[str, tuple[str | None, Run]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,7 @@ def _reranked(system: System, inputs: SystemInputs) -> Run:
     """The cross-encoder over the first stage's top `--candidates`."""
     import time
 
-    from eval.runs import rerank_run
+    from eval.runs import ranked, rerank_run
 
     if inputs.reranker is None:
         raise ValueError(f"the {system.name} system needs a reranking model")
@@ -129,18 +141,86 @@ def _reranked(system: System, inputs: SystemInputs) -> Run:
         raise ValueError(f"the {system.name} system names no first stage")
     options = inputs.options
     start = time.perf_counter()
+    fast = system.name == CASCADE_FIRST
+    model = _cascade_rule(options).model if fast else None
+    first = inputs.runs[system.first_stage]
     run, pairs = rerank_run(
         inputs.reranker,
         inputs.queries,
-        inputs.runs[system.first_stage],
+        first,
         inputs.passages,
         candidates=options.candidates,
         progress=options.progress,
+        model=model,
+    )
+    inputs.reranked[system.name] = (
+        model,
+        {
+            qid: {
+                doc_id: run[qid][doc_id]
+                for doc_id in ranked(first.get(qid, {}))[: options.candidates]
+            }
+            for qid in inputs.queries
+        },
     )
     label = system.timing_key.removesuffix("_ms_per_query")
     inputs.timings[f"{label}_pairs_per_s"] = pairs / max(time.perf_counter() - start, 1e-9)
+    stage = "fast" if fast else "default"
+    inputs.timings[f"{system.name}_{stage}_pairs_per_query"] = pairs / max(len(inputs.queries), 1)
     return run
 
+
+def _cascade_rule(options: RunOptions) -> Cascade:
+    """The cascade `--cascade` (default: RAGRANK_CASCADE) names; refused when it is empty."""
+    from ragrank.cascade import Cascade
+
+    rule = Cascade.parse(options.cascade, "--cascade")
+    if rule is None:
+        raise SettingsError(
+            "the cascade systems need a cascade: set RAGRANK_CASCADE or --cascade NAME:K"
+        )
+    return rule
+
+
+def _cascade(system: System, inputs: SystemInputs) -> Run:
+    """The cascade over hybrid's top `--candidates`, at the rule's K and at each
+    `--cascade-top` (`cascade@K` runs beside it). The default reranker's scores come from
+    `hybrid-reranked` when it ran over the same candidates (the same pairs), else are
+    scored here."""
+    from eval.runs import cascade_run
+
+    if inputs.reranker is None:
+        raise ValueError(f"the {system.name} system needs a reranking model")
+    options = inputs.options
+    rule = _cascade_rule(options)
+    first = inputs.runs[CASCADE_STAGE]
+    result: Run = {}
+    for top in dict.fromkeys((rule.top, *options.cascade_top)):
+        run, pairs = cascade_run(
+            inputs.reranker,
+            inputs.queries,
+            first,
+            inputs.runs[CASCADE_FIRST],
+            inputs.passages,
+            candidates=options.candidates,
+            top=top,
+            large=inputs.runs.get(CASCADE_LARGE),
+            progress=options.progress,
+        )
+        name = system.name if top == rule.top else f"{system.name}@{top}"
+        inputs.timings[f"{name}_default_pairs_per_query"] = pairs / max(len(inputs.queries), 1)
+        if top == rule.top:
+            result = run
+        else:
+            inputs.extra_runs[name] = run
+    return result
+
+
+#: The cascade's systems: its first stage, the large (default) reranker alone over it, and the
+#: fast reranker alone over it.
+CASCADE_STAGE = "hybrid"
+CASCADE_LARGE = "hybrid-reranked"
+CASCADE_FIRST = "cascade-first"
 
 #: Every system, each after the first stage it reorders.
 SYSTEMS: dict[str, System] = {
@@ -187,6 +267,23 @@ SYSTEMS: dict[str, System] = {
             "hybrid's top reranked",
             _reranked,
             first_stage="hybrid",
+            needs_reranker=True,
+            default=False,
+        ),
+        System(
+            CASCADE_FIRST,
+            "hybrid's top reranked by the cascade's fast reranker alone (--cascade)",
+            _reranked,
+            first_stage=CASCADE_STAGE,
+            needs_reranker=True,
+            default=False,
+        ),
+        System(
+            "cascade",
+            "hybrid's top reranked by the cascade (--cascade NAME:K): the fast reranker scores "
+            "every candidate, the default one rescores its top K (and each --cascade-top K)",
+            _cascade,
+            first_stage=CASCADE_FIRST,
             needs_reranker=True,
             default=False,
         ),

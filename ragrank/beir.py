@@ -32,6 +32,9 @@ class BeirDataset:
     query_languages: Mapping[str, str] = field(default_factory=dict)
     #: The collections a merged one was made of, in corpus order.
     parts: tuple[BeirDataset, ...] = ()
+    #: Each query's `metadata` object from queries.jsonl (scalar fields, as strings), which a
+    #: held-out split can group queries by (XQuAD-R's `paragraph`).
+    query_metadata: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def judged_queries(self) -> dict[str, str]:
@@ -48,7 +51,8 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
         raise DocumentError(f"{root}: no corpus.jsonl or corpus.jsonl.gz")
     corpus = {doc.doc_id: doc for doc in read_jsonl_documents(corpus_path)}
     qrels_path = root / "qrels" / f"{split}.tsv"
-    queries = load_queries(root / "queries.jsonl")
+    metadata: dict[str, dict[str, str]] = {}
+    queries = load_queries(root / "queries.jsonl", metadata)
     language = _folder_language(root.name)
     return BeirDataset(
         name=root.name,
@@ -56,6 +60,7 @@ def load_beir(root: Path, split: str = "test") -> BeirDataset:
         queries=MappingProxyType(queries),
         query_languages=MappingProxyType(dict.fromkeys(queries, language) if language else {}),
         qrels=MappingProxyType(load_qrels(qrels_path)),
+        query_metadata=MappingProxyType(metadata),
         checksums=MappingProxyType(
             {
                 path.relative_to(root).as_posix(): file_sha256(path)
@@ -90,6 +95,7 @@ def merge_beir(parts: Sequence[BeirDataset], relevance: str = "same") -> BeirDat
     corpus: dict[str, Document] = {}
     queries: dict[str, str] = {}
     languages: dict[str, str] = {}
+    metadata: dict[str, Mapping[str, str]] = {}
     qrels: dict[str, dict[str, int]] = {}
     for part in parts:
         for doc_id, document in part.corpus.items():
@@ -98,6 +104,8 @@ def merge_beir(parts: Sequence[BeirDataset], relevance: str = "same") -> BeirDat
             queries[f"{part.name}/{qid}"] = text
             if qid in part.query_languages:
                 languages[f"{part.name}/{qid}"] = part.query_languages[qid]
+            if qid in part.query_metadata:
+                metadata[f"{part.name}/{qid}"] = part.query_metadata[qid]
         for qid in part.qrels:
             sources = [p for p in parts if qid in p.qrels] if relevance == "any" else [part]
             qrels[f"{part.name}/{qid}"] = {
@@ -116,6 +124,7 @@ def merge_beir(parts: Sequence[BeirDataset], relevance: str = "same") -> BeirDat
         checksums=MappingProxyType(checksums),
         query_languages=MappingProxyType(languages),
         parts=tuple(parts),
+        query_metadata=MappingProxyType(metadata),
     )
 
 
@@ -127,7 +136,8 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_queries(path: Path) -> dict[str, str]:
+def load_queries(path: Path, metadata: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
+    """Query id → text; each query's scalar metadata fields go into `metadata` when given."""
     queries: dict[str, str] = {}
     with open_text(path) as lines:
         for line_number, line in enumerate(lines, start=1):
@@ -137,6 +147,13 @@ def load_queries(path: Path) -> dict[str, str]:
             if "_id" not in record or not isinstance(record.get("text"), str):
                 raise DocumentError(f"{path}:{line_number}: a query needs '_id' and 'text'")
             queries[str(record["_id"])] = record["text"]
+            fields = record.get("metadata")
+            if metadata is not None and isinstance(fields, dict):
+                metadata[str(record["_id"])] = {
+                    str(key): str(value)
+                    for key, value in fields.items()
+                    if isinstance(value, str | int | float | bool)
+                }
     return queries
 
 

@@ -93,7 +93,7 @@ def _measure(
         server_process(command, env, base + "/ready", scratch / "server.log"),
         httpx.Client(base_url=base, timeout=600) as http,
     ):
-        _wait(http, _post(http, documents[: options.base], options.batch))
+        wait_for_jobs(http, post_documents(http, documents[: options.base], options.batch))
         for query in queries[:WARM_UP_SEARCHES]:
             _search(http, query, options)
         idle_stages: dict[str, list[float]] = {}
@@ -102,7 +102,7 @@ def _measure(
             for i in range(options.searches)
         ]
         started = time.perf_counter()
-        jobs = _post(http, documents[options.base :], options.batch)
+        jobs = post_documents(http, documents[options.base :], options.batch)
         busy: list[float] = []
         busy_stages: dict[str, list[float]] = {}
         while not _done(http, jobs):
@@ -128,7 +128,7 @@ def _measure(
     }
 
 
-def _post(http: httpx.Client, documents: list[Document], batch: int) -> list[str]:
+def post_documents(http: httpx.Client, documents: list[Document], batch: int) -> list[str]:
     """Queue `documents` as jobs of `batch`; their ids."""
     jobs = []
     for start in range(0, len(documents), batch):
@@ -162,7 +162,7 @@ def _done(http: httpx.Client, jobs: list[str]) -> bool:
     return True
 
 
-def _wait(http: httpx.Client, jobs: list[str]) -> None:
+def wait_for_jobs(http: httpx.Client, jobs: list[str]) -> None:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while not _done(http, jobs):
         if time.monotonic() > deadline:
@@ -185,7 +185,8 @@ def _search(
     answer.raise_for_status()
     if stages is not None:
         for stage, spent in answer.json()["timings_ms"].items():
-            stages.setdefault(stage, []).append(spent)
+            if isinstance(spent, int | float):  # not the list of rerank stages
+                stages.setdefault(stage, []).append(spent)
     return elapsed
 
 

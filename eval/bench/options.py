@@ -278,3 +278,16 @@ class ContentionBenchOptions:
         metavar="SPEED",
     )
     out: Path | None = option(None, "write the figures as JSON here")
+
+
+@dataclass(frozen=True)
+class CascadeBenchOptions:
+    """`python -m eval.bench.cascade`: `/v1/search` latency of each reranker and cascade."""
+
+    data: Path = option(SAMPLE_DATASET, "a BEIR folder to index and query")
+    fast: str = option("student", "the served name of the cascade's fast reranker")
+    tops: tuple[int, ...] = option((5, 10, 20), "the cascade's K values", metavar="K")
+    searches: int = option(100, "measured searches per configuration")
+    candidates: int = option(20, "candidates each search reranks")
+    batch: int = option(200, "documents per POST /v1/documents")
+    out: Path | None = option(None, "write the figures as JSON here")

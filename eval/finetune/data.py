@@ -9,7 +9,7 @@ import logging
 import os
 import random
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,9 +17,10 @@ import numpy as np
 from eval.embedding_cache import model_fingerprint
 from eval.exact import ExactIndex
 from eval.options import EvalOptions, FinetuneOptions
-from eval.runs import exact_run
-from eval.suite import corpus_key, corpus_vectors
-from ragrank.beir import BeirDataset, Qrels, load_beir, load_qrels
+from eval.runs import exact_run, ranked
+from eval.splits import SIDES, GroupSplit, check_sides, group_split
+from eval.suite import StoreFactory, dataset_vectors, first_stage_runs
+from ragrank.beir import BeirDataset, Qrels, load_beir, load_qrels, load_queries, merge_beir
 from ragrank.errors import DocumentError
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from ragrank.protocols import TextEmbedder as Embedder
     from ragrank.protocols import Vectors
+    from ragrank.sparse import SparseEncoder
+    from ragrank.store.fusion import FusionSettings
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,29 @@ def split_queries(
     )
 
 
+def split_by_group(
+    dataset: BeirDataset, split: GroupSplit, *, limit_validation: int | None, seed: int
+) -> QuerySplit:
+    """Train and validation queries by `--split-by`: the judged queries (with a positive)
+    whose value is on each side; the test side's are `held_out`, never trained, validated or
+    mined for. `limit_validation` keeps a seeded sample of the validation side."""
+    judged = [qid for qid in sorted(dataset.judged_queries) if positives(dataset.qrels, qid)]
+    sides = {side: split.queries(dataset, side, judged) for side in SIDES}
+    check_sides(split.groups(dataset, judged))
+    if not sides["train"] or not sides["validation"]:
+        raise DocumentError(
+            f"--split-by {split.field}: {len(sides['train'])} training and "
+            f"{len(sides['validation'])} validation queries; each side needs one "
+            "(change --test-share or --validation-share)"
+        )
+    validation = sides["validation"]
+    if limit_validation is not None and len(validation) > limit_validation:
+        validation = sorted(random.Random(seed).sample(validation, limit_validation))
+    return QuerySplit(
+        train=tuple(sides["train"]), validation=tuple(validation), held_out=tuple(sides["test"])
+    )
+
+
 def ranked_candidates(
     index: ExactIndex,
     doc_ids: Sequence[str],
@@ -154,12 +180,23 @@ class TrainingData:
     #: Validation query id → the mining embedder's cosine top documents, best first.
     validation_candidates: dict[str, list[str]]
     mining_model: str
+    #: Train query id → the first stage's top documents, best first (what a teacher scores).
+    train_candidates: dict[str, list[str]] | None = None
+    #: `--split-by`'s definition and the values on each side.
+    groups: dict[str, Any] | None = None
+    miner: str = "cosine"
+    #: Queries without labels to distil on (`--unlabelled-queries`): id → text.
+    unlabelled: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "split": asdict(self.split),
+            "groups": self.groups,
+            "miner": self.miner,
             "negatives": self.negatives,
             "validation_candidates": self.validation_candidates,
+            "train_candidates": self.train_candidates,
+            "unlabelled": self.unlabelled,
             "mining_model": self.mining_model,
         }
 
@@ -177,51 +214,70 @@ class TrainingData:
                 qid: list(ids) for qid, ids in data["validation_candidates"].items()
             },
             mining_model=data["mining_model"],
+            train_candidates=data.get("train_candidates"),
+            groups=data.get("groups"),
+            miner=data.get("miner", "cosine"),
+            unlabelled=data.get("unlabelled"),
         )
 
 
 def load_dataset(options: FinetuneOptions) -> tuple[BeirDataset, dict[str, dict[str, int]]]:
-    """The training split and the qrels of the held-out split (empty when there is none)."""
-    if not options.dataset.is_dir():
-        raise DocumentError(f"--dataset {options.dataset}: not a folder")
-    dataset = load_beir(options.dataset, split=options.split)
+    """The training collection (one folder, or `--merge`'s folders as one) and the qrels of the
+    held-out split (empty when there is none, or when `--split-by` holds queries out)."""
+    folders = [options.dataset] if options.dataset is not None else list(options.merge)
+    for folder in folders:
+        if not folder.is_dir():
+            flag = "--dataset" if options.dataset is not None else "--merge"
+            raise DocumentError(f"{flag} {folder}: not a folder")
+    parts = [load_beir(folder, split=options.split) for folder in folders]
+    dataset = parts[0] if options.dataset is not None else merge_beir(parts)
     held_out: dict[str, dict[str, int]] = {}
-    if options.held_out_split is not None:
-        path = options.dataset / "qrels" / f"{options.held_out_split}.tsv"
-        if path.exists():
-            held_out = load_qrels(path)
-        else:
-            log.warning("%s does not exist: no query is held out", path)
+    if options.held_out_split is not None and options.split_by is None:
+        for folder in folders:
+            path = folder / "qrels" / f"{options.held_out_split}.tsv"
+            if not path.exists():
+                log.warning("%s does not exist: no query is held out", path)
+                continue
+            prefix = f"{folder.name}/" if options.dataset is None else ""
+            held_out |= {f"{prefix}{qid}": docs for qid, docs in load_qrels(path).items()}
     return dataset, held_out
+
+
+@dataclass(frozen=True)
+class Miner:
+    """The first stage fine-tuning mines with: the embedder, and for `hybrid` the BM25 encoder,
+    a store to search and the fusion, as `ragrank eval` and the server run it."""
+
+    embedder: Embedder
+    sparse: SparseEncoder | None = None
+    open_store: StoreFactory | None = None
+    fusion: FusionSettings | None = None
 
 
 def prepare_data(
     dataset: BeirDataset,
     held_out: Mapping[str, Mapping[str, int]],
-    embedder: Embedder,
+    miner: Miner,
     options: FinetuneOptions,
+    *,
+    unlabelled: Mapping[str, str] | None = None,
 ) -> TrainingData:
-    """Split the queries, mine hard negatives with `embedder` and save both for a resume."""
-    split = split_queries(
-        dataset,
-        held_out,
-        validation_fraction=options.validation_fraction,
-        seed=options.seed,
-    )
+    """Split the queries, mine hard negatives with the first stage and save both for a
+    resume. `unlabelled` queries get first-stage candidates too (to distil on); one with the
+    text of a held-out query is dropped."""
+    split, groups = _split(dataset, held_out, options)
+    extra = _unlabelled(dataset, split, unlabelled or {})
+    embedder = miner.embedder
     doc_ids = list(dataset.corpus)
     texts = {doc_id: doc.passage for doc_id, doc in dataset.corpus.items()}
-    vectors, _ = corpus_vectors(
-        embedder,
-        doc_ids,
-        [texts[doc_id] for doc_id in doc_ids],
-        corpus_key(embedder, dataset),
-        EvalOptions(cache_dir=options.cache_dir, progress=options.progress),
-    )
+    eval_options = mining_options(options, miner)
+    vectors, _ = dataset_vectors(embedder, dataset, eval_options)
     query_ids = [*split.train, *split.validation]
-    query_vectors = embedder.embed_queries([dataset.queries[qid] for qid in query_ids])
+    texts_of = {**dataset.queries, **extra}
     most_positives = max(len(positives(dataset.qrels, qid)) for qid in query_ids)
     depth = max(options.mine_depth, options.validation_candidates) + most_positives
-    candidates = ranked_candidates(ExactIndex(vectors), doc_ids, query_ids, query_vectors, depth)
+    searched = {qid: texts_of[qid] for qid in [*query_ids, *extra]}
+    candidates = _first_stage(dataset, searched, miner, eval_options, vectors=vectors, depth=depth)
     negatives = mine_hard_negatives(
         {qid: candidates[qid][: options.mine_depth + most_positives] for qid in split.train},
         dataset.qrels,
@@ -254,9 +310,117 @@ def prepare_data(
             qid: candidates[qid][: options.validation_candidates] for qid in split.validation
         },
         mining_model=model_fingerprint(embedder.model_id),
+        train_candidates={
+            qid: candidates[qid][: options.mine_depth] for qid in [*split.train, *extra]
+        },
+        unlabelled=extra or None,
+        groups=groups,
+        miner=options.mine_with,
     )
     write_json(options.output / DATA_FILE, data.to_json())
     return data
+
+
+def _unlabelled(
+    dataset: BeirDataset, split: QuerySplit, unlabelled: Mapping[str, str]
+) -> dict[str, str]:
+    """The unlabelled queries to distil on, less any with the text of a held-out query."""
+    held_out_texts = {normalise(dataset.queries[qid]) for qid in split.held_out}
+    kept = {qid: text for qid, text in unlabelled.items() if normalise(text) not in held_out_texts}
+    if len(kept) < len(unlabelled):
+        log.warning(
+            "%d unlabelled queries have the text of a held-out query and were dropped",
+            len(unlabelled) - len(kept),
+        )
+    return kept
+
+
+def _first_stage(
+    dataset: BeirDataset,
+    queries: Mapping[str, str],
+    miner: Miner,
+    options: EvalOptions,
+    *,
+    vectors: Vectors,
+    depth: int,
+) -> dict[str, list[str]]:
+    """Each query's first-stage top `depth` document ids, best first: exact cosine, or the
+    system `options` names (hybrid) as `ragrank eval` runs it."""
+    (system,) = options.systems
+    if system == "cosine":
+        query_vectors = miner.embedder.embed_queries(list(queries.values()))
+        index = ExactIndex(vectors)
+        return ranked_candidates(index, list(dataset.corpus), list(queries), query_vectors, depth)
+    run = first_stage_runs(
+        dataset,
+        queries,
+        miner.embedder,
+        options,
+        open_store=miner.open_store,
+        sparse=miner.sparse,
+    )[system]
+    return {qid: ranked(run[qid])[:depth] for qid in queries}
+
+
+def _split(
+    dataset: BeirDataset, held_out: Mapping[str, Mapping[str, int]], options: FinetuneOptions
+) -> tuple[QuerySplit, dict[str, Any] | None]:
+    """The queries by role, by `--split-by` (with its definition and sides, for the record)
+    or by `--held-out-split` and `--validation-fraction`; `--validation-queries` samples the
+    validation side."""
+    definition = group_split(options)
+    if definition is not None:
+        split = split_by_group(
+            dataset, definition, limit_validation=options.validation_queries, seed=options.seed
+        )
+        judged = [qid for qid in dataset.judged_queries if positives(dataset.qrels, qid)]
+        return split, definition.describe(dataset, judged)
+    split = split_queries(
+        dataset, held_out, validation_fraction=options.validation_fraction, seed=options.seed
+    )
+    limit = options.validation_queries
+    if limit is not None and len(split.validation) > limit:
+        kept = random.Random(options.seed).sample(list(split.validation), limit)
+        split = replace(split, validation=tuple(sorted(kept)))
+    return split, None
+
+
+def mining_options(options: FinetuneOptions, miner: Miner) -> EvalOptions:
+    """The eval's options for the first stage fine-tuning mines with: its system, the corpus
+    cache, and the fusion the server uses."""
+    fusion = miner.fusion
+    extra: dict[str, Any] = {}
+    if fusion is not None:
+        extra = {
+            "fusion": fusion.fusion,
+            "rrf_k": fusion.rrf_k,
+            "rrf_dense_weight": fusion.rrf_dense_weight,
+            "rrf_sparse_weight": fusion.rrf_sparse_weight,
+            "fusion_other_languages": fusion.fusion_other_languages,
+        }
+    return EvalOptions(
+        systems=(options.mine_with,),
+        cache_dir=options.cache_dir,
+        progress=options.progress,
+        **extra,
+    )
+
+
+def read_unlabelled(path: Path | None) -> dict[str, str]:
+    """`--unlabelled-queries`: a queries.jsonl (`_id`, `text`) or a text file of one query a
+    line; ids get an `unlabelled/` prefix so they never meet a collection's."""
+    if path is None:
+        return {}
+    if not path.is_file():
+        raise DocumentError(f"--unlabelled-queries {path}: not a file")
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        queries = load_queries(path)
+    else:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        queries = {str(number): line.strip() for number, line in enumerate(lines) if line.strip()}
+    if not queries:
+        raise DocumentError(f"--unlabelled-queries {path}: no query in it")
+    return {f"unlabelled/{qid}": text for qid, text in queries.items()}
 
 
 def saved_data(options: FinetuneOptions) -> TrainingData | None:

@@ -74,6 +74,8 @@ def write_report(
             "held_out_dropped": len(data.split.held_out),
         },
         "mining_model": data.mining_model,
+        "miner": data.miner,
+        "split_groups": data.groups,
         "negatives_per_query": float(np.mean([len(v) for v in data.negatives.values()])),
         "training_examples": outcome.examples,
         "training_seconds": round(outcome.seconds, 1),
@@ -103,11 +105,10 @@ def _markdown(report: Mapping[str, Any]) -> str:
         f"- Started from `{report['options']['base']}`"
         + (f" ({report['head']} head)" if "head" in report else ""),
         f"- Queries: {queries['train']} train, {queries['validation']} validation; "
-        f"{queries['held_out_dropped']} dropped because the held-out split "
-        f"`{report['options']['held_out_split']}` judges them",
+        + _held_out(report),
         f"- {report['training_examples']:,} training examples, "
         f"{report['negatives_per_query']:.1f} mined negatives per query "
-        f"(from `{report['mining_model']}`)",
+        f"(from the {report.get('miner', 'cosine')} first stage of `{report['mining_model']}`)",
         f"- Training time: {report['training_seconds'] / 60:.1f} min on {report['device']}",
         "",
         "| epoch | validation NDCG@10 | Recall@10 | MRR@10 |",
@@ -118,11 +119,12 @@ def _markdown(report: Mapping[str, Any]) -> str:
     ]
     if "validation_first_stage" in report:
         lines.append(
-            "| first stage (cosine order) | {:.4f} | {:.4f} | {:.4f} |".format(
+            "| first stage ({} order) | {:.4f} | {:.4f} | {:.4f} |".format(
+                report.get("miner", "cosine"),
                 *(
                     report["validation_first_stage"][f"val_{m}"]
                     for m in ("ndcg@10", "recall@10", "mrr@10")
-                )
+                ),
             )
         )
     lines += [
@@ -132,6 +134,15 @@ def _markdown(report: Mapping[str, Any]) -> str:
         for e in report["validation_by_epoch"]
     ]
     best = report["best"]
+    calibration = report.get("calibration")
+    if calibration:
+        lines += [
+            "",
+            f"Calibration (Platt, on {calibration['pairs']:,} validation pairs): "
+            f"sigmoid({calibration['a']:.3f}·logit {calibration['b']:+.3f}); expected "
+            f"calibration error {calibration['ece_sigmoid']:.3f} (plain sigmoid) → "
+            f"{calibration['ece_calibrated']:.3f}.",
+        ]
     lines += [
         "",
         f"Kept: the checkpoint of epoch {best['epoch']:.2f} (validation NDCG@10 "
@@ -148,13 +159,44 @@ def _markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _held_out(report: Mapping[str, Any]) -> str:
+    """Which queries training never saw, in words."""
+    options, queries = report["options"], report["queries"]
+    groups = report.get("split_groups")
+    if groups:
+        sides = groups["groups"]
+        return (
+            f"{queries['held_out_dropped']} test queries held out by `{groups['field']}` "
+            f"(seed {groups['seed']}: {len(sides['train'])} values train, "
+            f"{len(sides['validation'])} validate, {len(sides['test'])} test)"
+        )
+    return (
+        f"{queries['held_out_dropped']} dropped because the held-out split "
+        f"`{options['held_out_split']}` judges them"
+    )
+
+
 def _eval_command(report: Mapping[str, Any]) -> str:
     """The `ragrank eval` that compares the fine-tuned model with what it replaces."""
     options = report["options"]
-    command = f"ragrank eval --dataset {options['dataset']} --split {options['held_out_split']}"
+    if options.get("split_by"):
+        folders = " ".join(options["merge"]) if options.get("merge") else options["dataset"]
+        flag = "--merge" if options.get("merge") else "--dataset"
+        command = (
+            f"ragrank eval {flag} {folders} --split {options['split']} --split-by "
+            f"{options['split_by']} --split-seed {options['split_seed']} --test-share "
+            f"{options['test_share']}"
+        )
+    else:
+        command = f"ragrank eval --dataset {options['dataset']} --split {options['held_out_split']}"
     if report["role"] == RERANK.trainee:
         setting = env_name(RERANK.setting("model"))
-        return f"{setting}={report['model']} {command} --systems cosine,reranked"
+        systems = (
+            "hybrid,hybrid-reranked --versus hybrid"
+            if options.get("split_by")
+            else ("cosine,reranked")
+        )
+        return f"{setting}={report['model']} {command} --systems {systems}"
     return (
         f"{command} --systems cosine --embed-model {report['model']} "
         f"--baseline-embed-model {options['base']}"

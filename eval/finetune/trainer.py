@@ -12,14 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
+from eval.command import store_factory
 from eval.finetune.data import (
     CHECKPOINTS,
     MODEL_FOLDER,
     RUN_FILE,
     VALIDATION_METRIC,
+    Miner,
     TrainingData,
     load_dataset,
     prepare_data,
+    read_unlabelled,
     saved_data,
     write_json,
 )
@@ -30,6 +33,8 @@ from ragrank.device import resolve_placement
 from ragrank.errors import SettingsError
 from ragrank.roles import role_named
 from ragrank.settings import Settings, env_name
+from ragrank.sparse import sparse_encoder
+from ragrank.store import sparse_stamp
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -111,7 +116,8 @@ def training_arguments(
     warm-up, AdamW with weight decay, a checkpoint and a validation pass per epoch (every
     `max_steps` steps for a capped run), and the best checkpoint by validation NDCG@10.
     `examples` is the training set's size, which the warm-up's length depends on."""
-    per_epoch = options.max_steps is None
+    per_epoch = options.max_steps is None and options.eval_every is None
+    every = options.eval_every or options.max_steps
     cuda = device.startswith("cuda")
     bf16 = cuda and _cuda_bf16()
     return {
@@ -128,7 +134,7 @@ def training_arguments(
         "data_seed": options.seed,
         "eval_strategy": "epoch" if per_epoch else "steps",
         "save_strategy": "epoch" if per_epoch else "steps",
-        **({} if per_epoch else {"eval_steps": options.max_steps, "save_steps": options.max_steps}),
+        **({} if per_epoch else {"eval_steps": every, "save_steps": every}),
         "load_best_model_at_end": True,
         "metric_for_best_model": VALIDATION_METRIC,
         "greater_is_better": True,
@@ -188,8 +194,20 @@ def open_run(role: str, options: FinetuneOptions, settings: Settings) -> OpenedR
     data = saved_data(options)
     if data is None:
         inference = load_inference(settings, rerankers=False, offline=True)
+        sparse = sparse_encoder(settings) if options.mine_with == "hybrid" else None
+        if options.mine_with == "hybrid" and sparse is None:
+            raise SettingsError(
+                "--mine-with hybrid needs BM25 (RAGRANK_SPARSE is none); use --mine-with cosine"
+            )
         with inference.running():
-            data = prepare_data(dataset, held_out, inference.bulk_embedder(), options)
+            miner = Miner(
+                inference.bulk_embedder(),
+                sparse=sparse,
+                open_store=store_factory(settings, sparse_stamp(sparse)),
+                fusion=settings,
+            )
+            unlabelled = read_unlabelled(options.unlabelled_queries)
+            data = prepare_data(dataset, held_out, miner, options, unlabelled=unlabelled)
     set_seed(options.seed)
     return OpenedRun(
         dataset=dataset,
@@ -208,11 +226,16 @@ def train_and_report(
     baseline: dict[str, float],
     examples: int,
     details: dict[str, Any],
+    finish: Callable[[Any], dict[str, Any]] | None = None,
 ) -> Path:
-    """Train (from the latest checkpoint, if any), save the kept model and write the report."""
+    """Train (from the latest checkpoint, if any), save the kept model and write the report.
+    `finish` runs on the kept model once it is saved (a reranker's calibration) and adds to
+    the report."""
     model_folder = options.output / MODEL_FOLDER
     seconds = timed(lambda: trainer.train(resume_from_checkpoint=last_checkpoint(options)))
     trainer.model.save_pretrained(str(model_folder))
+    if finish is not None:
+        details = {**details, **finish(trainer.model)}
     outcome = TrainingOutcome(
         log_history=list(trainer.state.log_history),
         best_checkpoint=trainer.state.best_model_checkpoint,

@@ -128,7 +128,9 @@ def test_the_report_has_the_loss_curve_and_validation_by_epoch(reranker_run: Pat
     assert 0 <= report["validation_by_epoch"][0]["val_ndcg@10"] <= 1
     assert set(report["validation_before"]) == {"val_ndcg@10", "val_recall@10", "val_mrr@10"}
     assert 0 <= report["validation_first_stage"]["val_ndcg@10"] <= 1
-    assert "first stage (cosine order)" in (reranker_run / "report.md").read_text()
+    assert "first stage (hybrid order)" in (reranker_run / "report.md").read_text()
+    assert report["miner"] == "hybrid"
+    assert report["calibration"]["pairs"] == 6 * 20
     assert report["loss"][0]["step"] == 1
     assert np.isfinite(report["loss"][0]["loss"])
     assert report["best"]["step"] == 2
