@@ -18,7 +18,7 @@ GPU = $(shell $(NVIDIA_SMI) -L >/dev/null 2>&1 && echo yes)
 EXTRAS = dev,$(if $(GPU),gpu,eval),finetune,openvino
 
 .DEFAULT_GOAL := help
-.PHONY: rerankers rerankers-teacher rerankers-student rerankers-eval rerankers-latency
+.PHONY: rerankers rerankers-teacher rerankers-student rerankers-eval rerankers-latency demo-rerankers
 .PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-served gpu-kit gpu-check bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
@@ -105,6 +105,10 @@ rerankers-teacher: setup $(E5_SMALL)/model.safetensors ## the teacher: multiling
 	  --output $(RERANKERS)/teacher --loss lce --learning-rate 5e-5 --max-steps 560 --eval-every 140
 
 rerankers-student: rerankers-teacher ## the student: the first 4 of e5-small's 12 layers, distilled from the teacher (margin MSE)
+	@# The teacher's split and hard negatives (the same flags would mine the same ones again).
+	mkdir -p $(RERANKERS)/student
+	test -f $(RERANKERS)/student/training-data.json || \
+	  cp $(RERANKERS)/teacher/training-data.json $(RERANKERS)/student/
 	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
 	  --output $(RERANKERS)/student --teacher $(RERANKERS)/teacher/model --layers 4 \
 	  --learning-rate 8e-5 --max-steps 300 --eval-every 100
@@ -118,6 +122,9 @@ rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hy
 
 rerankers-latency: rerankers-student ## /v1/search p50 and p99 of the teacher, the student and the cascade at each K, on this machine
 	$(SERVED) $(BIN)/python -m eval.bench.cascade --data $(XQUAD)/en --out $(RERANKERS)/latency.json
+
+demo-rerankers: rerankers-student ## the demo and its playground with the rerankers trained here (pick teacher or student)
+	$(SERVED) $(BIN)/ragrank demo
 
 gpu-kit: setup ## DIR=folder: wheels, code, SciFact and configs (<= 48 MiB) for an air-gapped GPU host; there: bash DIR/run-gpu-check.sh
 	@test -n "$(DIR)" || { echo "usage: make gpu-kit DIR=folder" >&2; exit 2; }
