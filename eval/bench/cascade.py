@@ -15,19 +15,23 @@ measures them all. The server's own timings give each stage's pairs.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from eval.bench.contention import JOB_TIMEOUT_S, WARM_UP_SEARCHES, post_documents, wait_for_jobs
+from eval.bench.contention import (
+    JOB_TIMEOUT_S,
+    WARM_UP_SEARCHES,
+    post_documents,
+    scratch_server_env,
+    wait_for_jobs,
+)
 from eval.bench.harness import free_port, latency_quantile, ragrank_command, server_process
 from eval.bench.options import CascadeBenchOptions
-from indexing import read_documents
+from ragrank.beir import load_beir
 from ragrank.options import parse_options
 
 if TYPE_CHECKING:
@@ -38,11 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(
         CascadeBenchOptions, argv, prog="python -m eval.bench.cascade", description=__doc__
     )
-    corpus = options.data / "corpus.jsonl"
-    if not corpus.exists():
-        corpus = options.data / "corpus.jsonl.gz"
-    documents = list(read_documents(corpus))
-    queries = [d.text for d in islice(read_documents(options.data / "queries.jsonl"), 500)]
+    dataset = load_beir(options.data)
+    documents = list(dataset.corpus.values())
+    queries = list(dataset.queries.values())[:500]
     with tempfile.TemporaryDirectory(prefix="ragrank-cascade-") as folder:
         figures = _measure(options, Path(folder), documents, queries)
     print(json.dumps(figures, indent=2))
@@ -67,17 +69,7 @@ def _measure(
     options: CascadeBenchOptions, scratch: Path, documents: list[Any], queries: list[str]
 ) -> dict[str, Any]:
     port = free_port()
-    env = {
-        **os.environ,
-        "RAGRANK_QDRANT_PATH": str(scratch / "qdrant"),
-        "RAGRANK_QDRANT_URL": "",
-        "RAGRANK_JOBS_PATH": str(scratch / "jobs.sqlite3"),
-        "RAGRANK_COLLECTION": "cascade",
-        "RAGRANK_HOST": "127.0.0.1",
-        "RAGRANK_PORT": str(port),
-        "RAGRANK_LOG_LEVEL": "WARNING",
-        "RAGRANK_REQUEST_TIMEOUT_S": str(int(JOB_TIMEOUT_S)),
-    }
+    env = scratch_server_env(scratch, "cascade", port, timeout_s=JOB_TIMEOUT_S)
     base = f"http://127.0.0.1:{port}"
     figures: dict[str, Any] = {}
     with (

@@ -68,17 +68,7 @@ def _measure(
     options: ContentionBenchOptions, scratch: Path, documents: list[Document], queries: list[str]
 ) -> dict[str, Any]:
     port = free_port()
-    env = {
-        **os.environ,
-        "RAGRANK_QDRANT_PATH": str(scratch / "qdrant"),
-        "RAGRANK_QDRANT_URL": "",
-        "RAGRANK_JOBS_PATH": str(scratch / "jobs.sqlite3"),
-        "RAGRANK_COLLECTION": "contention",
-        "RAGRANK_HOST": "127.0.0.1",
-        "RAGRANK_PORT": str(port),
-        "RAGRANK_LOG_LEVEL": "WARNING",
-        "RAGRANK_REQUEST_TIMEOUT_S": "600",
-    }
+    env = scratch_server_env(scratch, "contention", port, timeout_s=600)
     if options.device_model is None:
         command = ragrank_command("serve")
     else:
@@ -125,6 +115,24 @@ def _measure(
         # Where the server says a search's time went: the median of each stage.
         "idle_stage_ms_p50": _medians(idle_stages),
         "indexing_stage_ms_p50": _medians(busy_stages),
+    }
+
+
+def scratch_server_env(
+    scratch: Path, collection: str, port: int, *, timeout_s: float
+) -> dict[str, str]:
+    """The environment of a benchmark's `ragrank serve`: the usual RAGRANK_* models, an
+    embedded store and a job queue in `scratch`, on loopback at `port`."""
+    return {
+        **os.environ,
+        "RAGRANK_QDRANT_PATH": str(scratch / "qdrant"),
+        "RAGRANK_QDRANT_URL": "",
+        "RAGRANK_JOBS_PATH": str(scratch / "jobs.sqlite3"),
+        "RAGRANK_COLLECTION": collection,
+        "RAGRANK_HOST": "127.0.0.1",
+        "RAGRANK_PORT": str(port),
+        "RAGRANK_LOG_LEVEL": "WARNING",
+        "RAGRANK_REQUEST_TIMEOUT_S": str(int(timeout_s)),
     }
 
 

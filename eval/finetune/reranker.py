@@ -63,18 +63,7 @@ def finetune_reranker(settings: Settings, options: FinetuneOptions) -> Path:
     if options.teacher is not None:
         return distil(run, options)
     dataset, data = run.dataset, run.data
-    encoder, head = load_base(
-        str(options.base),
-        options.max_length,
-        run.device,
-        layers=options.layers,
-        freeze_embeddings=options.freeze_embeddings,
-    )
-    validation = ValidationNdcg(
-        lambda model: _rerank(model, dataset.queries, run.texts, data, options),
-        {qid: dataset.qrels[qid] for qid in data.split.validation},
-    )
-    baseline = baseline_metrics(options, validation, encoder)
+    encoder, head, validation, baseline = _start(run, options)
     rows, positive_count, negative_count = training_rows(
         dataset.queries, dataset.qrels, run.texts, data, options
     )
@@ -238,6 +227,24 @@ def _rerank(
     return run
 
 
+def _start(run: OpenedRun, options: FinetuneOptions) -> tuple[Any, str, ValidationNdcg, Any]:
+    """The model to train (its head fresh or trained), its validation on the first stage's
+    candidates, and the starting model's validation metrics."""
+    encoder, head = load_base(
+        str(options.base),
+        options.max_length,
+        run.device,
+        layers=options.layers,
+        freeze_embeddings=options.freeze_embeddings,
+    )
+    dataset, data = run.dataset, run.data
+    validation = ValidationNdcg(
+        lambda model: _rerank(model, dataset.queries, run.texts, data, options),
+        {qid: dataset.qrels[qid] for qid in data.split.validation},
+    )
+    return encoder, head, validation, baseline_metrics(options, validation, encoder)
+
+
 def head_rates(options: FinetuneOptions) -> dict[str, Any]:
     """The trainer's learning rate of a fresh head, when `--head-learning-rate` sets one: a
     fresh head starts from nothing and may learn faster than the encoder below it."""
@@ -283,18 +290,7 @@ def distil(run: OpenedRun, options: FinetuneOptions) -> Path:
     )
 
     dataset, data = run.dataset, run.data
-    encoder, head = load_base(
-        str(options.base),
-        options.max_length,
-        run.device,
-        layers=options.layers,
-        freeze_embeddings=options.freeze_embeddings,
-    )
-    validation = ValidationNdcg(
-        lambda model: _rerank(model, dataset.queries, run.texts, data, options),
-        {qid: dataset.qrels[qid] for qid in data.split.validation},
-    )
-    baseline = baseline_metrics(options, validation, encoder)
+    encoder, head, validation, baseline = _start(run, options)
     lists = distillation_lists(run, options)
     scores = teacher_scores(lists, run, options)
     rows = distillation_rows(lists, scores, run, options.distil_loss)
