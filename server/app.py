@@ -132,16 +132,16 @@ def _provide_inference(state: State) -> Inference:
 
 def _describe_models(app: Litestar, services: Services, *, strict_names: bool) -> None:
     """Once the models are loaded, the served schema states what they accept: the embedder's
-    vector length and, when only served names are accepted, each role's model names."""
+    vector length, the names of a field that must name a served model (a cascade's) and,
+    when only served names are accepted, each role's model names."""
     bodies = request_types(app)
     inference = services.inference
     write_dimension_into_schema(app.openapi_schema, bodies, inference.embedder.dimension)
-    if strict_names:
-        names: dict[ModelRole, list[str]] = {
-            RERANK.name: [name for served in inference.rerankers for name in served.names],
-            EMBEDDING.name: [name for served in inference.embedders for name in served.names],
-        }
-        write_models_into_schema(app.openapi_schema, bodies, names)
+    names: dict[ModelRole, list[str]] = {
+        RERANK.name: [name for served in inference.rerankers for name in served.names],
+        EMBEDDING.name: [name for served in inference.embedders for name in served.names],
+    }
+    write_models_into_schema(app.openapi_schema, bodies, names, strict=strict_names)
 
 
 def _route_handlers(settings: Settings, keys: ApiKeys) -> list[ControllerRouterHandler]:

@@ -70,10 +70,20 @@ def write_dimension_into_schema(openapi: OpenAPI, kinds: Iterable[type], dimensi
 
 
 def write_models_into_schema(
-    openapi: OpenAPI, kinds: Iterable[type], names: Mapping[ModelRole, Sequence[str]]
+    openapi: OpenAPI,
+    kinds: Iterable[type],
+    names: Mapping[ModelRole, Sequence[str]],
+    *,
+    strict: bool,
 ) -> None:
-    """Once the models are loaded, under strict model names: the names each `model` field
-    accepts (by role), unless a model of that role takes any name (`*`)."""
+    """Once the models are loaded: the names a field that must name a served model accepts
+    (`served_only`, e.g. a cascade's model), and under strict model names the names each
+    `model` field accepts (`served_models`), unless a model of that role takes any name."""
+    for option, role in _marked_options(openapi, kinds, "served_only", OpenAPIType.STRING):
+        if role in names:
+            option.enum = sorted(set(names[role]))
+    if not strict:
+        return
     for option, role in _marked_options(openapi, kinds, "served_models", OpenAPIType.STRING):
         if role in names and ANY_NAME not in names[role]:
             option.enum = sorted(set(names[role]))

@@ -41,6 +41,7 @@ class CascadeRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             min_length=1,
             max_length=256,
             description="The served reranker that scores every candidate (a fast one).",
+            extra={"served_only": "rerank"},
         ),
     ]
     top: Annotated[

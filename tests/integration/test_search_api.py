@@ -77,7 +77,9 @@ async def test_search_returns_top_k_hits_with_every_field_and_timings(client):
         assert -1.0 <= hit["retrieval_score"] <= 1.0
     assert body["reranked"] is True
     timings = body["timings_ms"]
-    assert set(timings) == {"embed", "sparse", "retrieve", "rerank", "total"}
+    assert set(timings) == {"embed", "sparse", "retrieve", "rerank", "total", "rerank_stages"}
+    [stage] = timings.pop("rerank_stages")
+    assert stage["pairs"] >= len(body["results"])
     assert all(value >= 0 for value in timings.values())
     stages = timings["embed"] + timings["sparse"] + timings["retrieve"] + timings["rerank"]
     assert timings["total"] >= stages - 1e-6
