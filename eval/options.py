@@ -73,7 +73,9 @@ class EvalOptions:
     test_share: float = option(0.3, TEST_SHARE_HELP)
     candidates: int = option(100, "first-stage documents the cross-encoder reranks")
     limit_queries: int | None = option(
-        None, "evaluate the first N judged queries of each dataset", metavar="N"
+        None,
+        "evaluate the first N judged queries of each dataset (each part's, when merged)",
+        metavar="N",
     )
     cache_dir: Path | None = option(EMBEDDING_CACHE, "corpus embedding cache", none_flag=_NO_CACHE)
     rerank_batch_size: int = option(16, cli=False)

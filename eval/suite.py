@@ -413,7 +413,8 @@ def evaluate_datasets(
 
 def _evaluated_queries(dataset: BeirDataset, options: EvalOptions) -> dict[str, str]:
     """The judged queries in file order: those on the test side of `--split-by` when it is
-    given, the first `--limit-queries` of them when limited."""
+    given, the first `--limit-queries` of them when limited: of each part, in a merged
+    collection, so that it holds the same queries as its parts' own evaluations."""
     judged = dataset.judged_queries
     missing = len(dataset.qrels) - len(judged)
     if missing:
@@ -428,7 +429,15 @@ def _evaluated_queries(dataset: BeirDataset, options: EvalOptions) -> dict[str, 
                 f"{dataset.name}: no judged query is on the test side of --split-by"
             )
     limit = options.limit_queries
-    return dict(list(judged.items())[:limit]) if limit else judged
+    if not limit:
+        return judged
+    if not dataset.parts:
+        return dict(list(judged.items())[:limit])
+    kept: dict[str, str] = {}
+    for part in dataset.parts:
+        ids = [qid for qid in judged if qid.startswith(f"{part.name}/")][:limit]
+        kept.update({qid: judged[qid] for qid in ids})
+    return kept
 
 
 def dataset_vectors(

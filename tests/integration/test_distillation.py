@@ -129,6 +129,18 @@ def test_a_paragraph_falls_on_one_side_in_every_folder(languages: list[Path]):
         assert (f"de/{qid}" in sides["test"]) == bool(split.queries(alone, "test", [qid]))
 
 
+def test_a_limited_merged_collection_keeps_each_parts_first_queries(languages: list[Path]):
+    from eval.options import EvalOptions
+    from eval.suite import _evaluated_queries
+
+    parts = [load_beir(folder) for folder in languages]
+    options = EvalOptions(limit_queries=3, split_by="paragraph", progress=False)
+    merged = _evaluated_queries(merge_beir(parts), options)
+    alone = {part.name: list(_evaluated_queries(part, options)) for part in parts}
+    assert list(merged) == [f"{name}/{qid}" for name, ids in alone.items() for qid in ids]
+    assert all(len(ids) == 3 for ids in alone.values())
+
+
 def test_a_query_without_the_field_is_refused(languages: list[Path]):
     dataset = load_beir(languages[0])
     with pytest.raises(DocumentError, match="no metadata field 'chapter'"):
