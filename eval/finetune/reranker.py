@@ -363,7 +363,11 @@ def distillation_lists(run: OpenedRun, options: FinetuneOptions) -> dict[str, li
             lists[qid] = docs[:width]
     room = options.max_steps * options.batch_size if options.max_steps else len(lists)
     if room < len(lists):
-        kept = set(random.Random(options.seed).sample(sorted(lists), room))
+        # A seeded order cut at `room`: a longer run's sample holds a shorter one's, whose
+        # teacher scores it reuses.
+        order = sorted(lists)
+        random.Random(options.seed).shuffle(order)
+        kept = set(order[:room])
         lists = {qid: docs for qid, docs in lists.items() if qid in kept}
     return lists
 
@@ -371,35 +375,41 @@ def distillation_lists(run: OpenedRun, options: FinetuneOptions) -> dict[str, li
 def teacher_scores(
     lists: dict[str, list[str]], run: OpenedRun, options: FinetuneOptions
 ) -> dict[str, list[float]]:
-    """The teacher's logit of every (query, document) to distil, computed once and kept in
-    the run folder (`teacher-scores.json`), so a resumed run does not score them again."""
+    """The teacher's logit of every (query, document) to distil, kept in the run folder
+    (`teacher-scores.json`, each query's documents with their logits): a resumed run, or one
+    with more steps, scores only the queries whose candidates it has not scored yet."""
     import json
 
     from sentence_transformers import CrossEncoder
 
     path = options.output / TEACHER_SCORES
-    if path.exists():
-        stored: dict[str, list[float]] = json.loads(path.read_text(encoding="utf-8"))
-        return stored
-    teacher = load_model(
-        RERANK.label,
-        str(options.teacher),
-        "--teacher",
-        lambda source: CrossEncoder(source, max_length=options.max_length, device=run.device),
+    stored: dict[str, dict[str, list[Any]]] = (
+        json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     )
-    texts = query_texts(run)
-    owners = [(qid, doc_id) for qid, docs in lists.items() for doc_id in docs]
-    logits = teacher.predict(
-        [(texts[qid], run.texts[doc_id]) for qid, doc_id in owners],
-        batch_size=options.batch_size * 4,
-        show_progress_bar=options.progress,
-        activation_fn=identity(),
-    )
-    scores: dict[str, list[float]] = {qid: [] for qid in lists}
-    for (qid, _), logit in zip(owners, logits.tolist(), strict=True):
-        scores[qid].append(float(logit))
-    write_json(path, scores)
-    return scores
+    missing = {
+        qid: docs for qid, docs in lists.items() if stored.get(qid, {}).get("documents") != docs
+    }
+    if missing:
+        teacher = load_model(
+            RERANK.label,
+            str(options.teacher),
+            "--teacher",
+            lambda source: CrossEncoder(source, max_length=options.max_length, device=run.device),
+        )
+        texts = query_texts(run)
+        owners = [(qid, doc_id) for qid, docs in missing.items() for doc_id in docs]
+        logits = teacher.predict(
+            [(texts[qid], run.texts[doc_id]) for qid, doc_id in owners],
+            batch_size=options.batch_size * 4,
+            show_progress_bar=options.progress,
+            activation_fn=identity(),
+        )
+        for qid, docs in missing.items():
+            stored[qid] = {"documents": docs, "logits": []}
+        for (qid, _), logit in zip(owners, logits.tolist(), strict=True):
+            stored[qid]["logits"].append(float(logit))
+        write_json(path, stored)
+    return {qid: [float(x) for x in stored[qid]["logits"]] for qid in lists}
 
 
 def query_texts(run: OpenedRun) -> dict[str, str]:

@@ -170,7 +170,10 @@ def test_the_student_learns_the_teachers_scores(student: Path):
     assert report["loss_function"] == "distillation (margin-mse)"
     assert report["distilled_queries"] == len(scores)
     assert report["unlabelled_queries"] == 2
-    assert all(len(row) == 3 + 1 and np.isfinite(row).all() for row in scores.values())
+    assert all(
+        len(row["documents"]) == len(row["logits"]) == 3 + 1 and np.isfinite(row["logits"]).all()
+        for row in scores.values()
+    )
     # Two steps of four: the teacher scores the eight queries sampled for them, no more.
     assert len(scores) == 2 * 4
     data = TrainingData.from_json(json.loads((student / "training-data.json").read_text()))
