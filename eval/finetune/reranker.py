@@ -386,8 +386,12 @@ def teacher_scores(
     stored: dict[str, dict[str, list[Any]]] = (
         json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     )
+    # An entry without its documents (a bare list of logits, as earlier versions wrote) is
+    # scored again rather than trusted.
     missing = {
-        qid: docs for qid, docs in lists.items() if stored.get(qid, {}).get("documents") != docs
+        qid: docs
+        for qid, docs in lists.items()
+        if not isinstance(stored.get(qid), dict) or stored[qid].get("documents") != docs
     }
     if missing:
         teacher = load_model(
