@@ -194,6 +194,7 @@ def _cascade(system: System, inputs: SystemInputs) -> Run:
     options = inputs.options
     rule = _cascade_rule(options)
     first = inputs.runs[CASCADE_STAGE]
+    fast = inputs.timings.get(f"{CASCADE_FIRST}_fast_pairs_per_query")
     result: Run = {}
     for top in dict.fromkeys((rule.top, *options.cascade_top)):
         run, pairs = cascade_run(
@@ -209,6 +210,9 @@ def _cascade(system: System, inputs: SystemInputs) -> Run:
         )
         name = system.name if top == rule.top else f"{system.name}@{top}"
         inputs.timings[f"{name}_default_pairs_per_query"] = pairs / max(len(inputs.queries), 1)
+        # The fast model's pairs are cascade-first's: it scored every candidate once.
+        if fast is not None:
+            inputs.timings[f"{name}_fast_pairs_per_query"] = fast
         if top == rule.top:
             result = run
         else:

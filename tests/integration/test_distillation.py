@@ -257,6 +257,8 @@ def test_the_eval_scores_the_test_side_and_the_cascades_work(
     assert timings["cascade_default_pairs_per_query"] == 2
     assert timings["cascade@1_default_pairs_per_query"] == 1
     assert timings["cascade@3_default_pairs_per_query"] == 3
+    for cascade in ("cascade", "cascade@1", "cascade@3"):  # the fast model scored every candidate
+        assert timings[f"{cascade}_fast_pairs_per_query"] == 4
     systems = report["datasets"][0]["systems"]
     assert {"cascade", "cascade@1", "cascade@3", "cascade-first"} <= set(systems)
     pooled = report["macro"]["versus"]["hybrid"]["hybrid-reranked"]
@@ -268,3 +270,6 @@ def test_the_eval_scores_the_test_side_and_the_cascades_work(
     markdown = (output / "report.md").read_text()
     assert "NDCG@10 against hybrid" in markdown
     assert "The rerankers' work" in markdown
+    work = markdown.split("The rerankers' work")[1]
+    cascade_row = next(line for line in work.splitlines() if line.startswith("| cascade |"))
+    assert cascade_row.rstrip(" |").endswith("| 2.0 | 4.0")
