@@ -18,7 +18,7 @@ GPU = $(shell $(NVIDIA_SMI) -L >/dev/null 2>&1 && echo yes)
 EXTRAS = dev,$(if $(GPU),gpu,eval),finetune,openvino
 
 .DEFAULT_GOAL := help
-.PHONY: rerankers rerankers-teacher rerankers-student rerankers-eval rerankers-latency demo-rerankers
+.PHONY: rerankers rerankers-teacher rerankers-student rerankers-eval rerankers-latency demo-rerankers screenshot-rerankers
 .PHONY: help setup lock docs demo serve bench bench-host bench-gpu bench-served gpu-kit gpu-check bench-store bench-overload bench-queue bench-infinity soak test test-fast test-clients test-slow lint stack-tools browser screenshot clean
 
 help: ## list the targets
@@ -125,6 +125,16 @@ rerankers-latency: rerankers-student ## /v1/search p50 and p99 of the teacher, t
 
 demo-rerankers: rerankers-student ## the demo and its playground with the rerankers trained here (pick teacher or student)
 	$(SERVED) $(BIN)/ragrank demo
+
+# The demo, served with the rerankers trained here from a folder of its own, in the background
+# while the browser takes the picture; stopped when it is taken.
+SHOT_PORT ?= 8765
+SHOT_QUERY ?= Why are leaves green?
+screenshot-rerankers: rerankers-student browser ## retake docs/playground.png with the teacher reranking the demo collection
+	$(SERVED) $(BIN)/ragrank demo --port $(SHOT_PORT) --qdrant-path $(RERANKERS)/demo-qdrant \
+	  > $(RERANKERS)/demo.log 2>&1 & pid=$$!; trap "kill $$pid" EXIT; \
+	  $(BIN)/python -m eval.screenshot --url http://127.0.0.1:$(SHOT_PORT) --out docs/playground.png \
+	    --query "$(SHOT_QUERY)" --model teacher
 
 gpu-kit: setup ## DIR=folder: wheels, code, SciFact and configs (<= 48 MiB) for an air-gapped GPU host; there: bash DIR/run-gpu-check.sh
 	@test -n "$(DIR)" || { echo "usage: make gpu-kit DIR=folder" >&2; exit 2; }

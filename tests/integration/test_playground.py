@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +18,7 @@ import pytest
 
 from eval.metrics import score_run
 from eval.random_models import save_random_model
+from eval.screenshot import CHROMIUM, CHROMIUM_FLAGS
 from indexing import Indexer
 from ragrank import SAMPLE_DATASET
 from ragrank.beir import load_beir
@@ -32,18 +35,6 @@ if TYPE_CHECKING:
 
 KEY = "playground-browser-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-CHROMIUM = Path(os.environ.get("RAGRANK_CHROMIUM", "/usr/bin/chromium"))
-#: As a sandboxed CI job runs it: no sandbox (root), no GPU, and none of Chromium's own
-#: connections to Google's services, which a closed network refuses.
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 #: What a document may try; the page's own hook (`window.__injected`) must stay unset.
 HOSTILE = {
     "id": "hostile-1",
@@ -378,3 +369,20 @@ def test_the_playground_screenshot_is_a_small_png(page: Page, tmp_path: Path):
     page.screenshot(path=str(shot))
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and 10_000 < len(data) < 400_000
+
+
+def test_the_screenshot_command_searches_with_the_picked_reranker_and_saves_a_png(
+    served: str, tmp_path: Path
+):
+    """`python -m eval.screenshot`, as `make screenshot-rerankers` runs it against the demo."""
+    shot = tmp_path / "shot.png"
+    command = [sys.executable, "-m", "eval.screenshot", "--url", served, "--out", str(shot)]
+    command += ["--query", "Why are leaves green?", "--model", "wide", "--key", KEY]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    # A server that never gets ready is named with the time waited, not a traceback.
+    command = [sys.executable, "-m", "eval.screenshot", "--url", "http://127.0.0.1:9"]
+    command += ["--out", str(shot), "--query", "q", "--wait", "0"]
+    failed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert failed.returncode != 0 and "did not answer 200 within 0 s" in failed.stderr

@@ -202,8 +202,6 @@ function ndcg(hits, relevant, k) {
 
 const hitKey = (hit) => `${hit.doc_id}#${hit.chunk}`;
 
-// A hub id as it is; a local model folder by its last name (the full path is long and says
-// more about the server's disk than about the model).
 // The reranker the picker names, as its hub id or folder name.
 function rerankerName() {
   if (!state.config) return "cross-encoder";
@@ -211,8 +209,13 @@ function rerankerName() {
   return modelName(picked ? picked.model : state.config.rerank_model);
 }
 
+// A hub id ("org/name") as it is; a local model folder by its last name (the full path is long
+// and says more about the server's disk than about the model), or by its run's name and
+// "model" for the folder `ragrank finetune` writes (RUN/model).
 function modelName(id) {
-  return /^[./~]/.test(id) ? id.replace(/\/+$/, "").split("/").pop() : id;
+  const parts = id.replace(/\/+$/, "").split("/");
+  if (!/^[./~]/.test(id) && parts.length <= 2) return id;
+  return parts.slice(parts.at(-1) === "model" && parts.length > 1 ? -2 : -1).join("/");
 }
 
 function metadataLine(hit) {
