@@ -89,7 +89,7 @@ RERANKERS ?= runs/rerankers
 # Test queries evaluated per language (the first N of the test side); empty: all of them.
 EVAL_QUERIES ?= 100
 SPLIT_FLAGS = --split test --split-by paragraph --split-seed 42 --test-share 0.3
-TRAIN_FLAGS = --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) --validation-share 0.1 --base $(E5_SMALL) \
+TRAIN_FLAGS = --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) --validation-share 0.1 \
   --negatives 4 --batch-size 8 --max-length 128 --freeze-embeddings --head-learning-rate 5e-4 \
   --validation-queries 110 --no-progress
 SERVED = RAGRANK_EMBED_MODEL=$(E5_SMALL) \
@@ -102,16 +102,16 @@ $(E5_SMALL)/model.safetensors:
 
 rerankers-teacher: setup $(E5_SMALL)/model.safetensors ## the teacher: multilingual-e5-small with a fresh head, lce on hybrid's hard negatives
 	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
-	  --output $(RERANKERS)/teacher --loss lce --learning-rate 5e-5 --max-steps 560 --eval-every 140
+	  --output $(RERANKERS)/teacher --base $(E5_SMALL) --loss lce --learning-rate 5e-5 --max-steps 560 --eval-every 140
 
-rerankers-student: rerankers-teacher ## the student: the first 4 of e5-small's 12 layers, distilled from the teacher (margin MSE)
+rerankers-student: rerankers-teacher ## the student: the teacher's first 4 of 12 layers and its head, distilled from it (margin MSE)
 	@# The teacher's split and hard negatives (the same flags would mine the same ones again).
 	mkdir -p $(RERANKERS)/student
 	test -f $(RERANKERS)/student/training-data.json || \
 	  cp $(RERANKERS)/teacher/training-data.json $(RERANKERS)/student/
 	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
-	  --output $(RERANKERS)/student --teacher $(RERANKERS)/teacher/model --layers 4 \
-	  --learning-rate 8e-5 --max-steps 300 --eval-every 100
+	  --output $(RERANKERS)/student --teacher $(RERANKERS)/teacher/model \
+	  --base $(RERANKERS)/teacher/model --layers 4 --learning-rate 2e-4 --max-steps 700 --eval-every 175
 
 rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hybrid, teacher, student, cascade at K = 5, 10, 20
 	$(SERVED) RAGRANK_CASCADE=student:10 $(BIN)/ragrank eval \
