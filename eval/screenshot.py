@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from eval.bench.harness import wait_until_ready
+from ragrank.errors import RagrankError
 
 CHROMIUM = Path(os.environ.get("RAGRANK_CHROMIUM", "/usr/bin/chromium"))
 #: As a sandboxed CI job runs it: no sandbox (root), no GPU, and none of Chromium's own
@@ -28,20 +28,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def wait_ready(url: str, timeout: float) -> None:
-    """Wait for the server's readiness (its models loaded, the demo indexed)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{url}/ready did not answer 200 within {timeout:.0f} s")
-        time.sleep(1)
 
 
 def take(url: str, out: Path, query: str, model: str | None, key: str | None) -> None:
@@ -78,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", default=os.environ.get("RAGRANK_API_KEY"), help="an API key")
     parser.add_argument("--wait", type=float, default=600, help="seconds to wait for /ready")
     args = parser.parse_args(argv)
-    wait_ready(args.url, args.wait)
+    try:
+        wait_until_ready(f"{args.url}/ready", args.wait)
+    except RagrankError as error:
+        raise SystemExit(str(error)) from None
     take(args.url, args.out, args.query, args.model, args.key)
     print(f"wrote {args.out}")
     return 0

@@ -385,4 +385,4 @@ def test_the_screenshot_command_searches_with_the_picked_reranker_and_saves_a_pn
     command = [sys.executable, "-m", "eval.screenshot", "--url", "http://127.0.0.1:9"]
     command += ["--out", str(shot), "--query", "q", "--wait", "0"]
     failed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert failed.returncode != 0 and "did not answer 200 within 0 s" in failed.stderr
+    assert failed.returncode != 0 and "was not ready within 0 s" in failed.stderr
