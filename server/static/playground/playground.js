@@ -215,7 +215,7 @@ function rerankerName() {
 function modelName(id) {
   const parts = id.replace(/\/+$/, "").split("/");
   if (!/^[./~]/.test(id) && parts.length <= 2) return id;
-  return parts.slice(parts.at(-1) === "model" && parts.length > 1 ? -2 : -1).join("/");
+  return parts.slice(parts.at(-1) === "model" ? -2 : -1).join("/");
 }
 
 function metadataLine(hit) {
