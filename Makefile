@@ -93,8 +93,8 @@ SPLIT_FLAGS = --split test --split-by paragraph --split-seed 42 --test-share 0.3
 TRAIN_FLAGS = --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) --validation-share 0.1 \
   --negatives 4 --batch-size 8 --max-length 128 --freeze-embeddings --head-learning-rate 5e-4 \
   --validation-queries 110 --no-progress
-SERVED = RAGRANK_EMBED_MODEL=$(E5_SMALL) \
-  RAGRANK_RERANK_MODELS=teacher=$(RERANKERS)/teacher/model,student=$(RERANKERS)/student/model
+TEACHER_SERVED = RAGRANK_EMBED_MODEL=$(E5_SMALL) RAGRANK_RERANK_MODELS=teacher=$(RERANKERS)/teacher/model
+SERVED = $(TEACHER_SERVED),student=$(RERANKERS)/student/model
 
 rerankers: rerankers-eval rerankers-latency rerankers-scifact ## train a reranker and distil a student on XQuAD-R (2 CPU cores: about 3 h), evaluate both and their cascade, and the teacher on SciFact
 
@@ -137,7 +137,7 @@ demo-rerankers: rerankers-student ## the demo and its playground with the rerank
 SHOT_PORT ?= 8765
 SHOT_QUERY ?= Why are leaves green?
 screenshot-rerankers: rerankers-teacher browser ## retake docs/playground.png with the teacher reranking the demo collection
-	RAGRANK_EMBED_MODEL=$(E5_SMALL) RAGRANK_RERANK_MODELS=teacher=$(RERANKERS)/teacher/model $(BIN)/ragrank demo --port $(SHOT_PORT) --qdrant-path $(RERANKERS)/demo-qdrant \
+	$(TEACHER_SERVED) $(BIN)/ragrank demo --port $(SHOT_PORT) --qdrant-path $(RERANKERS)/demo-qdrant \
 	  > $(RERANKERS)/demo.log 2>&1 & pid=$$!; trap "kill $$pid" EXIT; \
 	  $(BIN)/python -m eval.screenshot --url http://127.0.0.1:$(SHOT_PORT) --out docs/playground.png \
 	    --query "$(SHOT_QUERY)" --model teacher
