@@ -9,7 +9,7 @@ server, with the default (large) reranker alone, the fast one alone, and the cas
 RAGRANK_* settings; the folder's corpus is indexed through its jobs API and waited for. Each
 configuration then answers `--searches` of the folder's queries, one after another, after a
 few unmeasured ones; the request's `cascade` and `model` pick the configuration, so one server
-measures them all. The server's own timings give each stage's pairs.
+measures them all. The server's own timings give each stage's pairs and milliseconds.
 """
 
 from __future__ import annotations
@@ -87,19 +87,29 @@ def _measure(
             body = {"top_k": 10, "candidates": options.candidates, **fields}
             for query in queries[:WARM_UP_SEARCHES]:
                 _search(http, {**body, "query": query})
-            latencies, pairs = [], []
-            for i in range(options.searches):
-                spent, stages = _search(http, {**body, "query": queries[i % len(queries)]})
-                latencies.append(spent)
-                pairs.append([stage["pairs"] for stage in stages])
-            figures[name] = {
-                "p50_ms": latency_quantile(latencies, 50),
-                "p99_ms": latency_quantile(latencies, 99),
-                "pairs_per_search": [
-                    round(sum(p[i] for p in pairs) / len(pairs), 1) for i in range(len(pairs[0]))
-                ],
-            }
+            searches = [
+                _search(http, {**body, "query": queries[i % len(queries)]})
+                for i in range(options.searches)
+            ]
+            figures[name] = summarise(searches)
     return figures
+
+
+def summarise(searches: Sequence[tuple[float, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """One configuration's figures from its searches (client ms, rerank stages): p50 and p99,
+    and for each stage in order its mean pairs and p50 ms, which say where a cascade's time
+    goes (the fast pass over every candidate, the large one over K)."""
+    stages = [list(column) for column in zip(*(found for _, found in searches), strict=True)]
+    return {
+        "p50_ms": latency_quantile([spent for spent, _ in searches], 50),
+        "p99_ms": latency_quantile([spent for spent, _ in searches], 99),
+        "pairs_per_search": [
+            round(sum(stage["pairs"] for stage in column) / len(column), 1) for column in stages
+        ],
+        "stage_p50_ms": [
+            latency_quantile([stage["ms"] for stage in column], 50) for column in stages
+        ],
+    }
 
 
 def _search(http: httpx.Client, body: dict[str, Any]) -> tuple[float, list[dict[str, Any]]]:

@@ -215,3 +215,20 @@ def test_the_family_benchmark_rates_one_reranker_of_each_family(tmp_path: Path):
     assert all(row["pairs"] == 2 and row["pairs_per_s"] > 0 for row in rows.values())
     # The decoder's pairs carry its prompt.
     assert rows["qwen3-reranker-0.6b"]["tokens_mean"] > rows["bge-reranker-v2-m3"]["tokens_mean"]
+
+
+def test_the_cascade_benchmark_summarises_each_stage_in_order():
+    from eval.bench.cascade import configurations, summarise
+    from eval.bench.options import CascadeBenchOptions
+
+    names = list(configurations(CascadeBenchOptions(tops=(5, 10))))
+    assert names == ["default reranker", "student alone", "cascade K=5", "cascade K=10"]
+    searches = [
+        (float(total), [{"pairs": 20, "ms": fast}, {"pairs": top, "ms": large}])
+        for total, fast, large, top in [(100, 10, 80, 5), (300, 30, 60, 10), (200, 20, 70, 6)]
+    ]
+    figures = summarise(searches)
+    assert figures["p50_ms"] == 200.0
+    assert figures["pairs_per_search"] == [20.0, 7.0]
+    assert figures["stage_p50_ms"] == [20.0, 70.0]
+    assert summarise([(50.0, [])])["stage_p50_ms"] == []
