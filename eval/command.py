@@ -58,7 +58,7 @@ def run_eval(
         if not path.is_dir():
             raise DocumentError(f"--dataset {path}: not a folder")
     earlier = read_report(against_report) if against_report else None
-    options = replace(options, cascade=settings.cascade)
+    options = replace(options, cascade=settings.cascade, rerank_blend=settings.rerank_blend)
     merge = beir_folders(merge)
     faiss_build()  # two faiss builds installed are refused before any model loads
     reranks = any(system.needs_reranker for system in plan(options.systems))

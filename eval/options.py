@@ -106,6 +106,9 @@ class EvalOptions:
     cascade_top: tuple[int, ...] = option(
         (), "also evaluate the cascade at each of these K (its curve)", metavar="K"
     )
+    #: The first stage's weight the `hybrid-blended` system blends with: the settings'
+    #: (`--rerank-blend`, or RAGRANK_RERANK_BLEND), as the server blends.
+    rerank_blend: float = option(0.0, cli=False)
     versus: tuple[str, ...] = option(
         (),
         "also compare every system against these (e.g. hybrid), per dataset and on the "

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from ragrank.blend import reranked_order
 from ragrank.cascade import cascade_order, shortlist
 from ragrank.documents import Chunk, Document
 
@@ -90,6 +91,26 @@ def rerank_run(
         scores = dict(zip(doc_ids, outcome.logits, strict=True))
         best[qid] = _below(scores, first_order[qid][candidates:])
     return best, sum(outcome.pairs for outcome in outcomes)
+
+
+def blended_run(
+    first_stage: Run,
+    reranked: Mapping[str, Mapping[str, float]],
+    *,
+    candidates: int,
+    blend: float,
+) -> Run:
+    """Each query's top `candidates` of `first_stage` in the blend of that order and the
+    reranker's (`reranked`: its score of each), by the serving rule (`ragrank.blend`); the rest
+    below, in the first stage's order."""
+    run: dict[str, dict[str, float]] = {}
+    for qid, scores in reranked.items():
+        order = ranked(first_stage.get(qid, {}))
+        top = order[:candidates]
+        picked = reranked_order([scores[doc_id] for doc_id in top], blend)
+        placed = {top[i]: float(len(top) - place) for place, i in enumerate(picked)}
+        run[qid] = _below(placed, order[candidates:])
+    return run
 
 
 def _below(scores: dict[str, float], rest: Sequence[str]) -> dict[str, float]:

@@ -41,6 +41,8 @@ class RunOptions(FusionSettings, Protocol):
     def cascade(self) -> str: ...
     @property
     def cascade_top(self) -> tuple[int, ...]: ...
+    @property
+    def rerank_blend(self) -> float: ...
 
 
 @dataclass
@@ -220,11 +222,34 @@ def _cascade(system: System, inputs: SystemInputs) -> Run:
     return result
 
 
+def _blended(system: System, inputs: SystemInputs) -> Run:
+    """Hybrid's top reranked, in the blend of hybrid's order and the reranker's that the server
+    gives with RAGRANK_RERANK_BLEND (`ragrank.blend`). It reuses `hybrid-reranked`'s scores:
+    the same pairs, scored once."""
+    from eval.runs import blended_run
+
+    weight = inputs.options.rerank_blend
+    if not weight:
+        raise SettingsError(
+            f"the {system.name} system needs a blend above 0: set RAGRANK_RERANK_BLEND or "
+            "--rerank-blend W"
+        )
+    _, scores = inputs.reranked[BLEND_RERANKED]
+    pairs = inputs.timings.get(f"{BLEND_RERANKED}_default_pairs_per_query")
+    if pairs is not None:
+        inputs.timings[f"{system.name}_default_pairs_per_query"] = pairs
+    return blended_run(
+        inputs.runs[CASCADE_STAGE], scores, candidates=inputs.options.candidates, blend=weight
+    )
+
+
 #: The cascade's systems: its first stage, the large (default) reranker alone over it, and the
 #: fast reranker alone over it.
 CASCADE_STAGE = "hybrid"
 CASCADE_LARGE = "hybrid-reranked"
 CASCADE_FIRST = "cascade-first"
+#: The reranked run the blend reorders (over the cascade's first stage, hybrid).
+BLEND_RERANKED = CASCADE_LARGE
 
 #: Every system, each after the first stage it reorders.
 SYSTEMS: dict[str, System] = {
@@ -271,6 +296,15 @@ SYSTEMS: dict[str, System] = {
             "hybrid's top reranked",
             _reranked,
             first_stage="hybrid",
+            needs_reranker=True,
+            default=False,
+        ),
+        System(
+            "hybrid-blended",
+            "hybrid's top reranked, ordered by a blend of hybrid's order and the reranker's "
+            "(--rerank-blend)",
+            _blended,
+            first_stage=BLEND_RERANKED,
             needs_reranker=True,
             default=False,
         ),

@@ -176,6 +176,16 @@ class Settings:
         "[models](models.md#a-cascade-of-two-rerankers))",
         group="models",
     )
+    rerank_blend: float = option(
+        0.0,
+        "the first stage's weight in a reranked search's order, 0 to 1: each hit ranks by "
+        "`w/(60 + its first-stage rank) + (1 - w)/(60 + its reranker rank)`; `0`: the "
+        "reranker's order alone. Scores stay the reranker's (see "
+        "[models](models.md#blending-the-reranker-with-the-first-stage))",
+        ge=0.0,
+        le=1.0,
+        group="models",
+    )
     models_file: Path | None = option(
         None,
         "a TOML file with one `[[models]]` table per served model (`name`, `role`, `model`, and "

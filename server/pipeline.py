@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from ragrank.blend import reranked_order
 from ragrank.errors import (
     EngineUnavailableError,
     InvalidRequestError,
@@ -85,6 +86,7 @@ class SearchPipeline:
         self.inference: Inference = services.inference
         self._retrieval = settings.retrieval
         self._fusion = Fusion.from_settings(settings)
+        self._blend = settings.rerank_blend
         # A server answers concurrent searches in parallel; the embedded engine holds the
         # interpreter lock for each call, so more than one thread would only contend for it.
         self._store_thread = ThreadPoolExecutor(
@@ -213,8 +215,9 @@ class SearchPipeline:
         model: str,
         cascade: Cascade | None,
     ) -> tuple[list[ScoredHit], str | None, tuple[CascadeStage, ...]]:
-        """`hits` in the reranker's order (or the cascade's), or as they came with the reason
-        when `rerank="auto"` and the reranker could not run; and the stages that ran."""
+        """`hits` (in first-stage order) in the reranker's order, blended with theirs by
+        RAGRANK_RERANK_BLEND (`ragrank.blend`), or in the cascade's; or as they came with the
+        reason when `rerank="auto"` and the reranker could not run; and the stages that ran."""
         if not (rerank and hits):
             return hits, None, ()
         passages = [h.candidate.chunk.passage for h in hits]
@@ -226,8 +229,7 @@ class SearchPipeline:
                 order, scores, stages = outcome.order, outcome.scores, outcome.stages
             else:
                 reranked = await self.inference.rerank(query, passages, model=model)
-                # A stable sort keeps the first stage's order among equal rerank scores.
-                order = sorted(range(len(hits)), key=lambda i: -reranked.scores[i])
+                order = reranked_order(reranked.scores, self._blend)
                 scores = [reranked.scores[i] for i in order]
                 ms = (time.perf_counter() - started) * 1000
                 stages = (CascadeStage(reranked.model, reranked.pairs, ms),)

@@ -112,7 +112,7 @@ def _expected(options: type[object]) -> set[str]:
 
 
 COMMON = {"--preset", "--embed-model", "--rerank-model", "--qdrant-path", "--qdrant-url"}
-COMMON |= {"--collection", "--device", "--cascade", "-h", "--help"}
+COMMON |= {"--collection", "--device", "--cascade", "--rerank-blend", "-h", "--help"}
 
 
 @pytest.mark.parametrize(
