@@ -114,6 +114,7 @@ class SearchPipeline:
         highlight: bool = False,
         model: str | None = None,
         cascade: Cascade | Literal[False] | None = None,
+        blend: float | None = None,
         min_score: float | None = None,
     ) -> SearchOutcome:
         """`retrieval`, `fusion`, `rrf_k` and the two weights default to the settings.
@@ -122,7 +123,8 @@ class SearchPipeline:
         query's language for BM25 (else it is identified); `highlight` lists each hit's words
         that BM25 matched; `model` names the reranker (the collection's embedder embeds).
         `cascade` reranks as a cascade (absent: the server's RAGRANK_CASCADE; False: none);
-        `min_score` drops the hits whose score is below it."""
+        `blend` is the first stage's weight in the reranked order (absent: the server's
+        RAGRANK_RERANK_BLEND); `min_score` drops the hits whose score is below it."""
         reranker = self.inference.reranking(model).name  # an unknown name: a 400, before work
         rule = self.inference.cascade_rule if cascade is None else cascade or None
         if cascade and (problem := self.inference.cascade_problem(cascade)):
@@ -144,6 +146,7 @@ class SearchPipeline:
                 highlight=highlight,
                 reranker=reranker,
                 cascade=rule if rerank else None,
+                blend=self._blend if blend is None else blend,
                 min_score=min_score,
             )
 
@@ -161,6 +164,7 @@ class SearchPipeline:
         highlight: bool,
         reranker: str,
         cascade: Cascade | None,
+        blend: float,
         min_score: float | None,
     ) -> SearchOutcome:
         store = self.services.store
@@ -184,7 +188,9 @@ class SearchPipeline:
         )
         fetched = time.perf_counter()
         hits = [ScoredHit(c, c.retrieval_score, rank) for rank, c in enumerate(retrieved, 1)]
-        hits, rerank_error, stages = await self._reranked(query, hits, rerank, reranker, cascade)
+        hits, rerank_error, stages = await self._reranked(
+            query, hits, rerank, reranker, cascade, blend=blend
+        )
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]
         hits = hits[:top_k]
@@ -214,10 +220,13 @@ class SearchPipeline:
         rerank: bool | Literal["auto"],
         model: str,
         cascade: Cascade | None,
+        *,
+        blend: float,
     ) -> tuple[list[ScoredHit], str | None, tuple[CascadeStage, ...]]:
-        """`hits` (in first-stage order) in the reranker's order, blended with theirs by
-        RAGRANK_RERANK_BLEND (`ragrank.blend`), or in the cascade's; or as they came with the
-        reason when `rerank="auto"` and the reranker could not run; and the stages that ran."""
+        """`hits` (in first-stage order) in the reranker's order, blended with theirs at the
+        first stage's weight `blend` (`ragrank.blend`), or in the cascade's; or as they came
+        with the reason when `rerank="auto"` and the reranker could not run; and the stages
+        that ran."""
         if not (rerank and hits):
             return hits, None, ()
         passages = [h.candidate.chunk.passage for h in hits]
@@ -229,7 +238,7 @@ class SearchPipeline:
                 order, scores, stages = outcome.order, outcome.scores, outcome.stages
             else:
                 reranked = await self.inference.rerank(query, passages, model=model)
-                order = reranked_order(reranked.scores, self._blend)
+                order = reranked_order(reranked.scores, blend)
                 scores = [reranked.scores[i] for i in order]
                 ms = (time.perf_counter() - started) * 1000
                 stages = (CascadeStage(reranked.model, reranked.pairs, ms),)

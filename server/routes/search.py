@@ -173,6 +173,20 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
             "`false` reranks with one model; absent or `true`: the server's RAGRANK_CASCADE."
         ),
     ] = None
+    blend: (
+        Annotated[
+            float,
+            Meta(
+                ge=0,
+                le=1,
+                description="The first stage's weight in the reranked order, 0 to 1: each "
+                "result ranks by `w/(60 + retrieval_rank) + (1 - w)/(60 + its reranker rank)`; "
+                "0 is the reranker's order alone; scores stay the reranker's; not with a "
+                "cascade; absent: the server's RAGRANK_RERANK_BLEND.",
+            ),
+        ]
+        | None
+    ) = None
     min_score: (
         Annotated[
             float,
@@ -300,6 +314,7 @@ async def search(
             highlight=data.highlight,
             model=data.model,
             cascade=_cascade(data.cascade),
+            blend=data.blend,
             min_score=data.min_score,
         ),
     )

@@ -46,12 +46,11 @@ def test_the_eval_blends_the_candidates_and_keeps_the_rest_below():
     assert sorted(run["q"], key=lambda doc: -run["q"][doc]) == ["b", "a", "c", "d"]
 
 
-async def _results(services: Services, blend: float) -> list[dict[str, Any]]:
-    settings = Settings(rerank_blend=blend)
+async def _results(services: Services, served: float, **extra: Any) -> list[dict[str, Any]]:
+    settings = Settings(rerank_blend=served)
+    body = {"query": "coffee espresso", "candidates": 10, "top_k": 10, **extra}
     async with AsyncTestClient(app=create_app(settings, services=services)) as client:
-        response = await client.post(
-            "/v1/search", json={"query": "coffee espresso", "candidates": 10, "top_k": 10}
-        )
+        response = await client.post("/v1/search", json=body)
     assert response.status_code == 200, response.text
     results: list[dict[str, Any]] = response.json()["results"]
     return results
@@ -68,3 +67,19 @@ async def test_a_search_orders_by_the_blend_and_keeps_the_rerankers_scores(
     by_rank = {hit["retrieval_rank"]: hit["score"] for hit in reranked}
     assert [hit["score"] for hit in first_stage] == [by_rank[r] for r in sorted(by_rank)]
     assert scores != [hit["score"] for hit in first_stage]  # the reranker moved something
+
+
+async def test_a_requests_blend_overrides_the_servers(indexed_services: Services):
+    first_stage = await _results(indexed_services, 0.0, blend=1)
+    assert [hit["retrieval_rank"] for hit in first_stage] == list(range(1, len(first_stage) + 1))
+    reranked = await _results(indexed_services, 1.0, blend=0)
+    scores = [hit["score"] for hit in reranked]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize("blend", [-0.5, 1.01, "half"])
+async def test_a_bad_blend_is_a_400_naming_the_field(indexed_services: Services, blend: Any):
+    async with AsyncTestClient(app=create_app(Settings(), services=indexed_services)) as client:
+        response = await client.post("/v1/search", json={"query": "coffee", "blend": blend})
+    assert response.status_code == 400, response.text
+    assert "blend" in response.text
