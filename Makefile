@@ -114,10 +114,10 @@ rerankers-student: rerankers-teacher ## the student: the teacher's first 4 of 12
 	  --output $(RERANKERS)/student --teacher $(RERANKERS)/teacher/model \
 	  --base $(RERANKERS)/teacher/model --layers 4 --learning-rate 2e-4 --max-steps 700 --eval-every 175
 
-rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hybrid, teacher, student, cascade at K = 5, 10, 20
-	$(SERVED) RAGRANK_CASCADE=student:10 $(BIN)/ragrank eval \
+rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hybrid, teacher, teacher blended with hybrid, student, cascade at K = 5, 10, 20
+	$(SERVED) RAGRANK_CASCADE=student:10 RAGRANK_RERANK_BLEND=0.5 $(BIN)/ragrank eval \
 	  $(addprefix --dataset ,$(XQUAD_DIRS)) --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) \
-	  --systems cosine,hybrid,hybrid-reranked,cascade-first,cascade --cascade-top 5 20 \
+	  --systems cosine,hybrid,hybrid-reranked,hybrid-blended,cascade-first,cascade --cascade-top 5 20 \
 	  --candidates 20 --versus hybrid hybrid-reranked $(if $(EVAL_QUERIES),--limit-queries $(EVAL_QUERIES)) \
 	  --output $(RERANKERS)/eval
 
