@@ -91,8 +91,11 @@ RERANKERS ?= runs/rerankers
 EVAL_QUERIES ?= 100
 SPLIT_FLAGS = --split test --split-by paragraph --split-seed 42 --test-share 0.3
 TRAIN_FLAGS = --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) --validation-share 0.1 \
-  --negatives 4 --batch-size 8 --max-length 128 --freeze-embeddings --head-learning-rate 5e-4 \
-  --validation-queries 110 --no-progress
+  --max-length 128 --freeze-embeddings --head-learning-rate 5e-4 --validation-queries 110 --no-progress
+# The teacher's steps; the teacher of the whole-test-side table came from 600 steps (validated
+# every 150), which kept its 300-step checkpoint.
+TEACHER_STEPS ?= 300
+TEACHER_EVAL_EVERY ?= 100
 TEACHER_SERVED = RAGRANK_EMBED_MODEL=$(E5_SMALL) RAGRANK_RERANK_MODELS=teacher=$(RERANKERS)/teacher/model
 SERVED = $(TEACHER_SERVED),student=$(RERANKERS)/student/model
 
@@ -103,7 +106,8 @@ $(E5_SMALL)/model.safetensors:
 
 rerankers-teacher: setup $(E5_SMALL)/model.safetensors ## the teacher: multilingual-e5-small with a fresh head, lce on hybrid's hard negatives
 	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
-	  --output $(RERANKERS)/teacher --base $(E5_SMALL) --loss lce --learning-rate 5e-5 --max-steps 560 --eval-every 140
+	  --output $(RERANKERS)/teacher --base $(E5_SMALL) --loss lce --learning-rate 5e-5 \
+	  --negatives 8 --batch-size 4 --max-steps $(TEACHER_STEPS) --eval-every $(TEACHER_EVAL_EVERY)
 
 rerankers-student: rerankers-teacher ## the student: the teacher's first 4 of 12 layers and its head, distilled from it (margin MSE)
 	@# The teacher's split and hard negatives (the same flags would mine the same ones again).
@@ -112,14 +116,15 @@ rerankers-student: rerankers-teacher ## the student: the teacher's first 4 of 12
 	  cp $(RERANKERS)/teacher/training-data.json $(RERANKERS)/student/
 	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
 	  --output $(RERANKERS)/student --teacher $(RERANKERS)/teacher/model \
-	  --base $(RERANKERS)/teacher/model --layers 4 --learning-rate 2e-4 --max-steps 700 --eval-every 175
+	  --base $(RERANKERS)/teacher/model --layers 4 --negatives 4 --batch-size 8 \
+	  --learning-rate 2e-4 --max-steps 700 --eval-every 175
 
-rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hybrid, teacher, teacher blended with hybrid, student, cascade at K = 5, 10, 20
+rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hybrid, teacher, student and cascade at K = 5, 10, 20, each alone and blended with hybrid
 	$(SERVED) RAGRANK_CASCADE=student:10 RAGRANK_RERANK_BLEND=0.5 $(BIN)/ragrank eval \
 	  $(addprefix --dataset ,$(XQUAD_DIRS)) --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) \
-	  --systems cosine,hybrid,hybrid-reranked,hybrid-blended,cascade-first,cascade --cascade-top 5 20 \
-	  --candidates 20 --versus hybrid hybrid-reranked $(if $(EVAL_QUERIES),--limit-queries $(EVAL_QUERIES)) \
-	  --output $(RERANKERS)/eval
+	  --systems cosine,hybrid,hybrid-reranked,hybrid-blended,cascade-first,cascade,cascade-blended \
+	  --cascade-top 5 20 --candidates 20 --versus hybrid hybrid-reranked hybrid-blended \
+	  $(if $(EVAL_QUERIES),--limit-queries $(EVAL_QUERIES)) --output $(RERANKERS)/eval
 
 rerankers-scifact: rerankers-teacher ## the teacher as it is (zero-shot) on SciFact: cosine, hybrid, hybrid's top 20 reranked
 	RAGRANK_EMBED_MODEL=$(E5_SMALL) RAGRANK_RERANK_MODEL=$(RERANKERS)/teacher/model $(BIN)/ragrank eval \

@@ -131,20 +131,22 @@ def cascade_run(
     candidates: int,
     top: int,
     large: Run | None = None,
+    blend: float = 0.0,
     progress: bool = True,
 ) -> tuple[dict[str, dict[str, float]], int]:
     """The cascade over each query's top `candidates` of `first_stage`: `fast` (the fast
     reranker's run over the same candidates) shortlists its `top`, which the default reranker
     rescores, merged by the serving rule (`ragrank.cascade`). `large`, the default
     reranker's run over the same candidates, supplies those scores when given (the same
-    pairs scored once); otherwise the shortlists are reranked. Returns the run and the pairs
-    the default reranker scored."""
+    pairs scored once); otherwise the shortlists are reranked. `blend` mixes the first stage's
+    order into both stages' orders, as the server does. Returns the run and the pairs the
+    default reranker scored."""
     first_order = {qid: ranked(first_stage.get(qid, {}))[:candidates] for qid in queries}
     shortlists: dict[str, list[int]] = {}
     fast_scores: dict[str, list[float]] = {}
     for qid in queries:
         fast_scores[qid] = [fast[qid][doc_id] for doc_id in first_order[qid]]
-        shortlists[qid] = shortlist(fast_scores[qid], top)
+        shortlists[qid] = shortlist(fast_scores[qid], top, blend)
     if large is not None:
         second = {
             qid: [large[qid][first_order[qid][i]] for i in shortlists[qid]] for qid in queries
@@ -167,7 +169,7 @@ def cascade_run(
         }
     run: dict[str, dict[str, float]] = {}
     for qid in queries:
-        merged = cascade_order(fast_scores[qid], shortlists[qid], second[qid])
+        merged = cascade_order(fast_scores[qid], shortlists[qid], second[qid], blend)
         scores = {first_order[qid][i]: -float(position) for position, i in enumerate(merged.order)}
         rest = [d for d in ranked(first_stage.get(qid, {})) if d not in scores]
         run[qid] = _below(scores, rest)

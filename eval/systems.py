@@ -188,13 +188,16 @@ def _cascade(system: System, inputs: SystemInputs) -> Run:
     """The cascade over hybrid's top `--candidates`, at the rule's K and at each
     `--cascade-top` (`cascade@K` runs beside it). The default reranker's scores come from
     `hybrid-reranked` when it ran over the same candidates (the same pairs), else are
-    scored here."""
-    from eval.runs import cascade_run
+    scored here. `cascade-blended` applies `--rerank-blend` to both stages, as the server
+    does when both are set, and adds the fast reranker alone blended with hybrid
+    (`cascade-first-blended`), from the scores `cascade-first` gave."""
+    from eval.runs import blended_run, cascade_run
 
     if inputs.reranker is None:
         raise ValueError(f"the {system.name} system needs a reranking model")
     options = inputs.options
     rule = _cascade_rule(options)
+    blend = _blend_weight(system, options) if system.name == CASCADE_BLENDED else 0.0
     first = inputs.runs[CASCADE_STAGE]
     fast = inputs.timings.get(f"{CASCADE_FIRST}_fast_pairs_per_query")
     result: Run = {}
@@ -208,6 +211,7 @@ def _cascade(system: System, inputs: SystemInputs) -> Run:
             candidates=options.candidates,
             top=top,
             large=inputs.runs.get(CASCADE_LARGE),
+            blend=blend,
             progress=options.progress,
         )
         name = system.name if top == rule.top else f"{system.name}@{top}"
@@ -219,7 +223,25 @@ def _cascade(system: System, inputs: SystemInputs) -> Run:
             result = run
         else:
             inputs.extra_runs[name] = run
+    if blend and CASCADE_FIRST in inputs.reranked:
+        name = f"{CASCADE_FIRST}-blended"
+        inputs.extra_runs[name] = blended_run(
+            first, inputs.reranked[CASCADE_FIRST][1], candidates=options.candidates, blend=blend
+        )
+        if fast is not None:
+            inputs.timings[f"{name}_fast_pairs_per_query"] = fast
     return result
+
+
+def _blend_weight(system: System, options: RunOptions) -> float:
+    """`--rerank-blend` (default: RAGRANK_RERANK_BLEND); refused at 0, which would make a
+    blended system its unblended twin."""
+    if not options.rerank_blend:
+        raise SettingsError(
+            f"the {system.name} system needs a blend above 0: set RAGRANK_RERANK_BLEND or "
+            "--rerank-blend W"
+        )
+    return options.rerank_blend
 
 
 def _blended(system: System, inputs: SystemInputs) -> Run:
@@ -228,12 +250,7 @@ def _blended(system: System, inputs: SystemInputs) -> Run:
     the same pairs, scored once."""
     from eval.runs import blended_run
 
-    weight = inputs.options.rerank_blend
-    if not weight:
-        raise SettingsError(
-            f"the {system.name} system needs a blend above 0: set RAGRANK_RERANK_BLEND or "
-            "--rerank-blend W"
-        )
+    weight = _blend_weight(system, inputs.options)
     _, scores = inputs.reranked[BLEND_RERANKED]
     pairs = inputs.timings.get(f"{BLEND_RERANKED}_default_pairs_per_query")
     if pairs is not None:
@@ -248,6 +265,7 @@ def _blended(system: System, inputs: SystemInputs) -> Run:
 CASCADE_STAGE = "hybrid"
 CASCADE_LARGE = "hybrid-reranked"
 CASCADE_FIRST = "cascade-first"
+CASCADE_BLENDED = "cascade-blended"
 #: The reranked run the blend reorders (over the cascade's first stage, hybrid).
 BLEND_RERANKED = CASCADE_LARGE
 
@@ -320,6 +338,16 @@ SYSTEMS: dict[str, System] = {
             "cascade",
             "hybrid's top reranked by the cascade (--cascade NAME:K): the fast reranker scores "
             "every candidate, the default one rescores its top K (and each --cascade-top K)",
+            _cascade,
+            first_stage=CASCADE_FIRST,
+            needs_reranker=True,
+            default=False,
+        ),
+        System(
+            CASCADE_BLENDED,
+            "the cascade with each stage's order blended with hybrid's (--rerank-blend), at "
+            "each K as cascade; beside it, the fast reranker alone blended "
+            "(cascade-first-blended)",
             _cascade,
             first_stage=CASCADE_FIRST,
             needs_reranker=True,

@@ -4,7 +4,12 @@ eval both apply it.
 
 The order it gives: the shortlist in the large model's order, then the rest in the fast
 model's. Each document keeps the score of the model that placed it, both calibrated
-probabilities where the models have a calibration (`ragrank.calibration`)."""
+probabilities where the models have a calibration (`ragrank.calibration`).
+
+With a blend (`ragrank.blend`) each stage listens to the first stage too: the shortlist is the
+best K of the fast model's order blended with the first stage's, and the large model's order
+over it is blended with the first stage's as well. A fast model weaker than the first stage
+then cannot keep from the large one what the first stage ranked high."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ragrank.blend import reranked_order
 from ragrank.errors import SettingsError
 
 if TYPE_CHECKING:
@@ -43,8 +49,12 @@ class Cascade:
         return cls(model=name.strip(), top=int(top))
 
 
-def shortlist(first: Sequence[float], top: int) -> list[int]:
-    """The indices of the `top` best first-stage scores, best first (ties: input order)."""
+def shortlist(first: Sequence[float], top: int, blend: float = 0.0) -> list[int]:
+    """The indices of the `top` best fast-model scores, best first (ties: input order, which
+    is the first stage's); with `blend`, the best of their order blended with the first
+    stage's."""
+    if blend:
+        return reranked_order(first, blend)[:top]
     order = np.argsort(-np.asarray(first, dtype=np.float64), kind="stable")
     return [int(i) for i in order[:top]]
 
@@ -60,16 +70,20 @@ class CascadeOrder:
 
 
 def cascade_order(
-    first: Sequence[float], short: Sequence[int], second: Sequence[float]
+    first: Sequence[float], short: Sequence[int], second: Sequence[float], blend: float = 0.0
 ) -> CascadeOrder:
     """Merge the two stages: `short` (indices, from `shortlist`) ordered by `second` (their
-    scores from the large model, in `short`'s order), then every other document by `first`.
+    scores from the large model, in `short`'s order), then every other document by `first`;
+    with `blend`, each of the two orders blended with the first stage's (the indices' order).
     Scores are whatever scale the caller passes (logits, or probabilities)."""
-    rescored = sorted(
-        zip(short, second, strict=True), key=lambda pair: -pair[1]
-    )  # stable: ties keep the fast model's order
+    if blend:
+        by_position = sorted(range(len(short)), key=lambda j: short[j])
+        picked = reranked_order([second[j] for j in by_position], blend)
+        rescored = [(short[by_position[p]], second[by_position[p]]) for p in picked]
+    else:  # stable: ties keep the fast model's order
+        rescored = sorted(zip(short, second, strict=True), key=lambda pair: -pair[1])
     chosen = set(short)
-    rest = [i for i in shortlist(first, len(first)) if i not in chosen]
+    rest = [i for i in shortlist(first, len(first), blend) if i not in chosen]
     return CascadeOrder(
         order=[i for i, _ in rescored] + rest,
         scores=[float(s) for _, s in rescored] + [float(first[i]) for i in rest],

@@ -223,8 +223,8 @@ class SearchPipeline:
         *,
         blend: float,
     ) -> tuple[list[ScoredHit], str | None, tuple[CascadeStage, ...]]:
-        """`hits` (in first-stage order) in the reranker's order, blended with theirs at the
-        first stage's weight `blend` (`ragrank.blend`), or in the cascade's; or as they came
+        """`hits` (in first-stage order) in the reranker's order, or in the cascade's, blended
+        with theirs at the first stage's weight `blend` (`ragrank.blend`); or as they came
         with the reason when `rerank="auto"` and the reranker could not run; and the stages
         that ran."""
         if not (rerank and hits):
@@ -234,7 +234,9 @@ class SearchPipeline:
         stages: tuple[CascadeStage, ...]
         try:
             if cascade is not None:
-                outcome = await self.inference.cascade(query, passages, cascade, model=model)
+                outcome = await self.inference.cascade(
+                    query, passages, cascade, model=model, blend=blend
+                )
                 order, scores, stages = outcome.order, outcome.scores, outcome.stages
             else:
                 reranked = await self.inference.rerank(query, passages, model=model)

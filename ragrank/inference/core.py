@@ -515,17 +515,19 @@ class Inference:
         cascade: Cascade,
         *,
         model: str | None = None,
+        blend: float = 0.0,
     ) -> CascadeOutcome:
         """The cascade: `cascade.model` scores every document, and the reranker `model` names
-        (absent: the default) rescores its top `cascade.top` (`ragrank.cascade`)."""
+        (absent: the default) rescores its top `cascade.top` (`ragrank.cascade`); `blend`
+        mixes the documents' order (the first stage's) into both stages' orders."""
         first_model, second_model = self.reranking(cascade.model), self.reranking(model)
         started = time.perf_counter()
         first = await self.rerank(query, documents, model=first_model.name)
         filtered = time.perf_counter()
-        short = shortlist(first.logits, cascade.top)
+        short = shortlist(first.logits, cascade.top, blend)
         second = await self.rerank(query, [documents[i] for i in short], model=second_model.name)
         finished = time.perf_counter()
-        merged = cascade_order(first.scores, short, second.scores)
+        merged = cascade_order(first.scores, short, second.scores, blend)
         return CascadeOutcome(
             order=merged.order,
             scores=merged.scores,

@@ -181,8 +181,8 @@ class SearchRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
                 le=1,
                 description="The first stage's weight in the reranked order, 0 to 1: each "
                 "result ranks by `w/(60 + retrieval_rank) + (1 - w)/(60 + its reranker rank)`; "
-                "0 is the reranker's order alone; scores stay the reranker's; not with a "
-                "cascade; absent: the server's RAGRANK_RERANK_BLEND.",
+                "0 is the reranker's order alone; scores stay the reranker's; in a cascade, "
+                "both stages' orders; absent: the server's RAGRANK_RERANK_BLEND.",
             ),
         ]
         | None

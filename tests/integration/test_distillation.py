@@ -232,7 +232,7 @@ def test_the_eval_scores_the_test_side_and_the_cascades_work(
         "test",
         *SPLIT,
         "--systems",
-        "hybrid,hybrid-reranked,hybrid-blended,cascade-first,cascade",
+        "hybrid,hybrid-reranked,hybrid-blended,cascade-first,cascade,cascade-blended",
         "--rerank-blend",
         "1",
         "--cascade",
@@ -268,6 +268,13 @@ def test_the_eval_scores_the_test_side_and_the_cascades_work(
     blended, hybrid = systems["hybrid-blended"]["metrics"], systems["hybrid"]["metrics"]
     assert blended["ndcg@10"] == hybrid["ndcg@10"]
     assert timings["hybrid-blended_default_pairs_per_query"] == 4
+    # Blended wholly into hybrid, the cascade at any K and the student alone are hybrid's
+    # order, at the cascade's pairs.
+    for name in ("cascade-blended", "cascade-blended@1", "cascade-blended@3"):
+        assert systems[name]["metrics"]["ndcg@10"] == hybrid["ndcg@10"]
+    assert systems["cascade-first-blended"]["metrics"]["ndcg@10"] == hybrid["ndcg@10"]
+    assert timings["cascade-blended@3_default_pairs_per_query"] == 3
+    assert timings["cascade-first-blended_fast_pairs_per_query"] == 4
     pooled = report["macro"]["versus"]["hybrid"]["hybrid-reranked"]
     assert pooled["queries"] == 2 * len(test_side)
     assert 0 <= pooled["p_values"]["fisher"] <= 1

@@ -47,6 +47,29 @@ def test_the_shortlist_is_the_fast_models_best_and_the_rest_keep_its_order():
     assert merged.second == [True, True, False, False, False]
 
 
+def test_a_blended_cascade_listens_to_the_first_stage_at_both_stages():
+    fast = [0.1, 0.9, 0.5, 0.7, 0.3]  # in the first stage's order: index 0 was its best
+    # 0.5/(60 + first rank) + 0.5/(60 + fast rank): the first stage's best (fast rank 5) now
+    # beats the fast model's second (first rank 4).
+    assert shortlist(fast, 2, blend=0.5) == [1, 0]
+    # The large model prefers 0; blended with the first stage, which does too: 0 leads.
+    merged = cascade_order(fast, [1, 0], [0.2, 0.8], blend=0.5)
+    assert merged.order == [0, 1, 3, 2, 4]
+    assert merged.scores == [0.8, 0.2, 0.7, 0.5, 0.3]
+    assert merged.second == [True, True, False, False, False]
+    # The large model against the first stage, at even weights: a tie, in the first stage's
+    # order; without the blend, the large model's.
+    assert cascade_order(fast, [1, 0], [0.8, 0.2], blend=0.5).order[:2] == [0, 1]
+    assert cascade_order(fast, [1, 0], [0.8, 0.2]).order[:2] == [1, 0]
+
+
+def test_a_cascade_blended_wholly_into_the_first_stage_keeps_its_order():
+    fast = [0.1, 0.9, 0.5, 0.7, 0.3]
+    short = shortlist(fast, 3, blend=1.0)
+    assert short == [0, 1, 2]
+    assert cascade_order(fast, short, [0.9, 0.1, 0.5], blend=1.0).order == [0, 1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("text", ["student", "student:", ":3", "student:0", "student:x"])
 def test_a_malformed_cascade_setting_is_refused_naming_it(text: str):
     with pytest.raises(SettingsError, match="RAGRANK_CASCADE"):
@@ -124,6 +147,18 @@ async def test_a_request_sets_its_own_cascade_or_none(client):
     assert [s["model"] for s in plain["timings_ms"]["rerank_stages"]] == ["fake-scorer"]
     lengths = [len(passage_text(hit["title"], hit["text"])) for hit in plain["results"]]
     assert lengths == sorted(lengths, reverse=True)
+
+
+async def test_a_requests_blend_applies_to_both_stages_of_the_cascade(client):
+    test_client, large = client
+    body = await _search(test_client, blend=1)
+    # Wholly the first stage's weight: its order, though both stages still scored.
+    ranks = [hit["retrieval_rank"] for hit in body["results"]]
+    assert ranks == sorted(ranks)
+    assert [s["pairs"] for s in body["timings_ms"]["rerank_stages"]][1] == 3
+    assert sum(len(batch) for batch in large.batches) == 3
+    unblended = await _search(test_client)
+    assert [hit["retrieval_rank"] for hit in unblended["results"]] != ranks
 
 
 @pytest.mark.parametrize(
