@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ragrank.blend import reranked_order
 from ragrank.errors import SettingsError
 
@@ -53,10 +51,7 @@ def shortlist(first: Sequence[float], top: int, blend: float = 0.0) -> list[int]
     """The indices of the `top` best fast-model scores, best first (ties: input order, which
     is the first stage's); with `blend`, the best of their order blended with the first
     stage's."""
-    if blend:
-        return reranked_order(first, blend)[:top]
-    order = np.argsort(-np.asarray(first, dtype=np.float64), kind="stable")
-    return [int(i) for i in order[:top]]
+    return reranked_order(first, blend)[:top]
 
 
 @dataclass(frozen=True)
