@@ -117,22 +117,30 @@ def compare(
     qrels: Qrels, runs: Mapping[str, Run], scores: Mapping[str, SystemScores], baseline: str
 ) -> list[Comparison]:
     """Each other run against `baseline`: deltas with bootstrap CIs, p-values of both paired
-    tests for every metric, and per-query wins, ties and losses on the headline metric."""
+    tests for every metric, and per-query wins, ties and losses on the headline metric.
+
+    ranx.compare tests every ordered pair of the runs it is given (n squared tests of
+    `PERMUTATIONS` each, most of them between two challengers) and seeds each test alike, so
+    each challenger is compared with the baseline alone: the same p-values, from one test a
+    challenger."""
     ranx = _ranx()
     ranx_qrels = _qrels(qrels)
-    ranx_runs = [ranx.Run(_complete(qrels, run), name=name) for name, run in runs.items()]
+    control = ranx.Run(_complete(qrels, runs[baseline]), name=baseline)
+    reports: dict[str, dict[str, Any]] = {test: {} for test in STAT_TESTS}
     with _quiet_compilation():
-        reports = {
-            test: ranx.compare(
-                ranx_qrels,
-                ranx_runs,
-                metrics=list(METRICS),
-                stat_test=test,
-                n_permutations=PERMUTATIONS,
-                random_seed=SEED,
-            ).to_dict()
-            for test in STAT_TESTS
-        }
+        for challenger, run in runs.items():
+            if challenger == baseline:
+                continue
+            pair = [control, ranx.Run(_complete(qrels, run), name=challenger)]
+            for test in STAT_TESTS:
+                reports[test][challenger] = ranx.compare(
+                    ranx_qrels,
+                    pair,
+                    metrics=list(METRICS),
+                    stat_test=test,
+                    n_permutations=PERMUTATIONS,
+                    random_seed=SEED,
+                ).to_dict()[challenger]
     comparisons = []
     for challenger in runs:
         if challenger == baseline:

@@ -99,6 +99,44 @@ def test_a_better_run_wins_significantly_and_an_equal_one_ties():
     assert same.delta["ndcg@10"] == 0.0
 
 
+def test_each_challenger_gets_the_p_values_ranx_gives_it_among_all_the_runs():
+    """compare() tests each challenger against the baseline alone, not every pair of runs;
+    the p-values must be those of ranx.compare over all the runs at once."""
+    import ranx
+
+    rng = random.Random(11)
+    qrels = {f"q{i}": {f"rel{i}": 1} for i in range(40)}
+
+    def noisy(spread: int) -> dict[str, dict[str, float]]:
+        return {
+            qid: {
+                **{f"n{j}": 1.0 - j / 100 for j in range(20)},
+                next(iter(docs)): 0.995 - rng.randint(1, spread) / 100,  # no ties
+            }
+            for qid, docs in qrels.items()
+        }
+
+    runs = {"hybrid": noisy(12), "a": noisy(11), "b": noisy(14), "c": noisy(4)}
+    scores = {name: score_run(qrels, run, name) for name, run in runs.items()}
+    mine = {c.challenger: c for c in compare(qrels, runs, scores, baseline="hybrid")}
+    assert sorted(mine) == ["a", "b", "c"]
+    everything = [ranx.Run(run, name=name) for name, run in runs.items()]
+    for test, tolerance in (("student", 1e-9), ("fisher", 0.02)):
+        report = ranx.compare(
+            ranx.Qrels(qrels),
+            everything,
+            metrics=["ndcg@10"],
+            stat_test=test,
+            n_permutations=10_000,
+            random_seed=0,
+        ).to_dict()
+        for challenger, comparison in mine.items():
+            expected = report[challenger]["comparisons"]["hybrid"]["ndcg@10"]
+            assert comparison.p_values[test]["ndcg@10"] == pytest.approx(expected, abs=tolerance)
+    # Not every p-value at the test's floor, or the comparison above would say little.
+    assert any(0.01 < c.p_values["fisher"]["ndcg@10"] < 0.99 for c in mine.values())
+
+
 def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_queries():
     rng = np.random.default_rng(0)
     small, large = rng.normal(0.1, 0.3, 30), rng.normal(0.1, 0.3, 3000)
