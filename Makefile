@@ -96,6 +96,9 @@ TRAIN_FLAGS = --merge $(XQUAD_DIRS) $(SPLIT_FLAGS) --validation-share 0.1 \
 # every 150), which kept its 300-step checkpoint.
 TEACHER_STEPS ?= 300
 TEACHER_EVAL_EVERY ?= 100
+# The student's steps of 8 queries (the training side holds 7,678 queries).
+STUDENT_STEPS ?= 1050
+STUDENT_EVAL_EVERY ?= 350
 TEACHER_SERVED = RAGRANK_EMBED_MODEL=$(E5_SMALL) RAGRANK_RERANK_MODELS=teacher=$(RERANKERS)/teacher/model
 SERVED = $(TEACHER_SERVED),student=$(RERANKERS)/student/model
 
@@ -117,7 +120,7 @@ rerankers-student: rerankers-teacher ## the student: the teacher's first 4 of 12
 	RAGRANK_EMBED_MODEL=$(E5_SMALL) $(BIN)/ragrank finetune reranker $(TRAIN_FLAGS) \
 	  --output $(RERANKERS)/student --teacher $(RERANKERS)/teacher/model \
 	  --base $(RERANKERS)/teacher/model --layers 4 --negatives 4 --batch-size 8 \
-	  --learning-rate 2e-4 --max-steps 700 --eval-every 175
+	  --learning-rate 2e-4 --max-steps $(STUDENT_STEPS) --eval-every $(STUDENT_EVAL_EVERY)
 
 rerankers-eval: rerankers-student ## each language and all 11 merged: cosine, hybrid, teacher, student and cascade at K = 5, 10, 20, each alone and blended with hybrid
 	$(SERVED) RAGRANK_CASCADE=student:10 RAGRANK_RERANK_BLEND=0.5 $(BIN)/ragrank eval \
