@@ -4,6 +4,7 @@ tokenizers. Property tests over random texts with scripts mixed."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,15 @@ def tokenizer(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     from transformers import AutoTokenizer
 
     if request.param == "bert":
-        return AutoTokenizer.from_pretrained(str(BERT_FOLDER))
-    return build_tokenizer(Path(tmp_path_factory.mktemp("xlmr")))
+        made = AutoTokenizer.from_pretrained(str(BERT_FOLDER))
+    else:
+        made = build_tokenizer(Path(tmp_path_factory.mktemp("xlmr")))
+    yield made
+    # Each `Tokens` holds its own copy of the tokenizer (XLM-R's: hundreds of MB, eight limits):
+    # they go with their tokenizer, not at the end of the test worker.
+    for key in [key for key in _made if key[0] == id(made)]:
+        del _made[key]
+    gc.collect()
 
 
 _made: dict[tuple[int, int], Tokens] = {}
