@@ -109,6 +109,12 @@ class EvalOptions:
     #: The first stage's weight the `hybrid-blended` system blends with: the settings'
     #: (`--rerank-blend`, or RAGRANK_RERANK_BLEND), as the server blends.
     rerank_blend: float = option(0.0, cli=False)
+    exact_search: bool = option(
+        False,
+        "Qdrant's dense search (ann, hybrid and what reranks them) scans every vector instead "
+        "of walking the HNSW graph: slower, but the same run every time, since each eval "
+        "builds its graph anew and the build is random",
+    )
     versus: tuple[str, ...] = option(
         (),
         "also compare every system against these (e.g. hybrid), per dataset and on the "

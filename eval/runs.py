@@ -226,10 +226,12 @@ def store_run(
     sparse: Sequence[SparseVector] | None = None,
     fusion: Fusion | None = None,
     languages: Sequence[str | None] = (),
+    exact: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Each query's top-k from Qdrant's own search: by the dense vectors (through the HNSW
     graph), by the BM25 vectors, or, given both, the two fused, as the server fuses them
-    (`languages`: the ones BM25 read each query in, when the passages carry theirs)."""
+    (`languages`: the ones BM25 read each query in, when the passages carry theirs; `exact`:
+    the dense search scans every vector, skipping the graph)."""
     run = {}
     for row, qid in enumerate(query_ids):
         language = languages[row] if languages else None
@@ -239,6 +241,7 @@ def store_run(
             sparse=None if sparse is None else sparse[row],
             fusion=fusion,
             languages=language.split("+") if language else (),
+            exact=exact,
         )
         run[qid] = {hit.chunk.doc_id: hit.retrieval_score for hit in hits}
     return run

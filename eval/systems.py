@@ -43,6 +43,8 @@ class RunOptions(FusionSettings, Protocol):
     def cascade_top(self) -> tuple[int, ...]: ...
     @property
     def rerank_blend(self) -> float: ...
+    @property
+    def exact_search(self) -> bool: ...
 
 
 @dataclass
@@ -108,8 +110,9 @@ def _cosine(system: System, inputs: SystemInputs) -> Run:
 
 
 def _searched(dense: bool, sparse: bool) -> Callable[[System, SystemInputs], Run]:
-    """Qdrant's own search, as the server's first stage runs it: dense through the HNSW graph,
-    BM25, or both fused in one Query API call."""
+    """Qdrant's own search, as the server's first stage runs it: dense through the HNSW graph
+    (or scanning every vector, with `--exact-search`), BM25, or both fused in one Query API
+    call."""
 
     def run(system: System, inputs: SystemInputs) -> Run:
         from eval.runs import store_run
@@ -126,6 +129,7 @@ def _searched(dense: bool, sparse: bool) -> Callable[[System, SystemInputs], Run
             sparse=inputs.query_sparse if sparse else None,
             fusion=fusion if dense and sparse else None,
             languages=inputs.query_sparse_languages if inputs.languages_stored else (),
+            exact=inputs.options.exact_search,
         )
 
     return run

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from tests.conftest import SHARED_DATA, TEST_CACHE
 from tests.fakes import FakeEmbedder, Launches
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from pathlib import Path
 
     from ragrank.protocols import Pair
@@ -367,6 +368,37 @@ def test_ann_runs_against_a_store_from_the_factory(tmp_path: Path, embedder):
     options = EvalOptions(systems=("cosine", "ann"), progress=False)
     result = evaluate(root, embedder, None, options, store_factory(Settings()))
     assert result.ann_recall == {"recall@10": 1.0, "recall@100": 1.0}
+    assert result.scores["ann"].means == pytest.approx(result.scores["cosine"].means)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_exact_search_reaches_every_qdrant_search_of_the_first_stage(
+    tmp_path: Path, embedder, exact: bool
+):
+    """Qdrant builds each eval's HNSW graph anew, at random, so only a scan repeats a run:
+    `--exact-search` must reach every dense search of ann and hybrid (and so of what reranks
+    them), and its absence must leave the graph in use."""
+    root = tmp_path / "known"
+    write_collection(root)
+    asked: list[bool] = []
+    factory = store_factory(Settings())
+
+    @contextmanager
+    def recording(dataset: str, key: str) -> Iterator[Any]:
+        with factory(dataset, key) as store:
+            search = store.search
+
+            def recorded(*args: Any, **kwargs: Any) -> Any:
+                asked.append(kwargs.get("exact", False))
+                return search(*args, **kwargs)
+
+            store.search = recorded
+            yield store
+
+    options = EvalOptions(systems=("cosine", "ann", "hybrid"), progress=False, exact_search=exact)
+    result = evaluate(root, embedder, None, options, recording, sparse=QdrantBm25(Bm25Params()))
+    assert len(asked) == 2 * 6  # ann and hybrid, six queries each
+    assert set(asked) == {exact}
     assert result.scores["ann"].means == pytest.approx(result.scores["cosine"].means)
 
 
