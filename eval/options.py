@@ -60,6 +60,14 @@ class EvalTarget:
             raise SettingsError("give at least one --dataset DIR or --merge DIR [DIR ...]")
 
 
+#: `--exact-search`, for the eval and for fine-tuning's mining alike.
+EXACT_SEARCH_HELP = (
+    "Qdrant's dense search (ann, hybrid and what reranks them) scans every vector instead of "
+    "walking the HNSW graph: slower, but the same run every time, since each run builds its "
+    "graph anew and the build is random"
+)
+
+
 @dataclass(frozen=True)
 class EvalOptions:
     """How `ragrank eval` runs: which systems, on which split, how deep."""
@@ -109,12 +117,7 @@ class EvalOptions:
     #: The first stage's weight the `hybrid-blended` system blends with: the settings'
     #: (`--rerank-blend`, or RAGRANK_RERANK_BLEND), as the server blends.
     rerank_blend: float = option(0.0, cli=False)
-    exact_search: bool = option(
-        False,
-        "Qdrant's dense search (ann, hybrid and what reranks them) scans every vector instead "
-        "of walking the HNSW graph: slower, but the same run every time, since each eval "
-        "builds its graph anew and the build is random",
-    )
+    exact_search: bool = option(False, EXACT_SEARCH_HELP)
     versus: tuple[str, ...] = option(
         (),
         "also compare every system against these (e.g. hybrid), per dataset and on the "
@@ -252,6 +255,7 @@ class FinetuneOptions:
         0.0, "with --teacher: weight of the labelled loss added to the teacher's (0: none)"
     )
     mine_with: str = option("hybrid", "first stage the negatives come from", choices=MINERS)
+    exact_search: bool = option(False, EXACT_SEARCH_HELP)
     freeze_embeddings: bool = option(
         False,
         "keep the token embedding table fixed (a third faster on a CPU for a 250k-token "

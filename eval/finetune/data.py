@@ -387,7 +387,7 @@ def _split(
 
 def mining_options(options: FinetuneOptions, miner: Miner) -> EvalOptions:
     """The eval's options for the first stage fine-tuning mines with: its system, the corpus
-    cache, and the fusion the server uses."""
+    cache, the fusion the server uses, and `--exact-search`."""
     fusion = miner.fusion
     extra: dict[str, Any] = {}
     if fusion is not None:
@@ -402,6 +402,7 @@ def mining_options(options: FinetuneOptions, miner: Miner) -> EvalOptions:
         systems=(options.mine_with,),
         cache_dir=options.cache_dir,
         progress=options.progress,
+        exact_search=options.exact_search,
         **extra,
     )
 

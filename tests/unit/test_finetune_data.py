@@ -11,13 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.finetune.data import mine_hard_negatives, positives, split_queries
+from eval.finetune.data import (
+    Miner,
+    mine_hard_negatives,
+    mining_options,
+    positives,
+    split_queries,
+)
 from eval.options import FinetuneOptions
 from ragrank.beir import BeirDataset, load_beir, load_qrels
 from ragrank.documents import Document
 from ragrank.errors import DocumentError, SettingsError
 from ragrank.settings import Settings, default_prefixes
 from tests.conftest import SHARED_DATA
+from tests.fakes import FakeEmbedder
 
 SCIFACT = SHARED_DATA / "scifact"
 
@@ -145,6 +152,16 @@ def test_options_name_the_flag_they_refuse():
         FinetuneOptions(dataset=SCIFACT, output=SCIFACT, learning_rate=0, negatives=0)
     with pytest.raises(SettingsError, match="--held-out-split 'train' is the training split"):
         FinetuneOptions(dataset=SCIFACT, output=SCIFACT, held_out_split="train")
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_mining_searches_as_exactly_as_asked(exact: bool):
+    """`--exact-search` on fine-tuning reaches the eval's search it mines with, so that two
+    runs mine the same negatives from the same first stage."""
+    options = FinetuneOptions(dataset=SCIFACT, output=SCIFACT, exact_search=exact)
+    mining = mining_options(options, Miner(embedder=FakeEmbedder()))
+    assert mining.exact_search is exact
+    assert mining.systems == ("hybrid",)
 
 
 def test_a_model_folder_records_its_prefixes(tmp_path):
