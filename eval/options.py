@@ -62,9 +62,8 @@ class EvalTarget:
 
 #: `--exact-search`, for the eval and for fine-tuning's mining alike.
 EXACT_SEARCH_HELP = (
-    "Qdrant's dense search (ann, hybrid and what reranks them) scans every vector instead of "
-    "walking the HNSW graph: slower, but the same run every time, since each run builds its "
-    "graph anew and the build is random"
+    "Qdrant's dense search scans every vector instead of walking the HNSW graph: slower, but "
+    "the same first stage every time (each run builds its graph anew, and the build is random)"
 )
 
 
