@@ -30,7 +30,13 @@ from eval.metrics import (
     format_p,
     paired_tests,
 )
-from eval.systems import BASELINE, SYSTEMS
+from eval.systems import (
+    BASELINE,
+    BLEND_RERANKED,
+    CASCADE_FIRST,
+    CASCADE_STAGE,
+    SYSTEMS,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -249,7 +255,7 @@ def _tables(report: Mapping[str, Any]) -> list[ReportTable]:
         for baseline in report["config"].get("versus", ())
         if baseline != BASELINE
     ]
-    tables += [_pairs(report), _reliability(report), _embedder(report)]
+    tables += [_pairs(report), _kept(report), _reliability(report), _embedder(report)]
     if "against" in report:
         header, rows = against_rows(report["against"])
         tables.append(
@@ -391,6 +397,42 @@ def _pairs(report: Mapping[str, Any]) -> ReportTable:
         header=["system", f"macro {HEADLINE}", "default reranker pairs/query", "fast pairs/query"],
         rows=rows,
         note="Pairs per query each reranker scored; the cascade's default reranker scores its K.",
+    )
+
+
+#: The systems a cascade's run sets side by side, (the default reranker's, the fast one's):
+#: alone, and each blended with their first stage.
+KEPT_PAIRS = (
+    (BLEND_RERANKED, CASCADE_FIRST),
+    ("hybrid-blended", f"{CASCADE_FIRST}-blended"),
+)
+
+
+def _kept(report: Mapping[str, Any]) -> ReportTable:
+    """The cascade's fast reranker's macro gain over the first stage both rerank, as a share of
+    the default reranker's: what a distilled student keeps of its teacher's gain, measured in
+    one run so that both rerank the same candidates."""
+    macro = report["macro"]
+    first = macro.get(CASCADE_STAGE, {}).get(HEADLINE)
+    rows = []
+    for large, fast in KEPT_PAIRS:
+        if (
+            first is None
+            or HEADLINE not in macro.get(large, {})
+            or HEADLINE not in macro.get(fast, {})
+        ):
+            continue
+        gained, kept = macro[large][HEADLINE] - first, macro[fast][HEADLINE] - first
+        # A share of a loss, or of nothing, would read as progress where there is none.
+        share = f"{kept / gained:.0%}" if gained > 0 else "none to keep"
+        rows.append([large, fast, f"{gained:+.4f}", f"{kept:+.4f}", share])
+    return ReportTable(
+        title=f"What the fast reranker keeps of the default one's gain over {CASCADE_STAGE}",
+        header=["default reranker", "fast reranker", "default gain", "fast gain", "kept"],
+        rows=rows,
+        labels=2,
+        note=f"Macro {HEADLINE} minus {CASCADE_STAGE}'s, over the same candidates; kept: the fast "
+        "gain as a share of the default one.",
     )
 
 

@@ -287,3 +287,9 @@ def test_the_eval_scores_the_test_side_and_the_cascades_work(
     work = markdown.split("The rerankers' work")[1]
     cascade_row = next(line for line in work.splitlines() if line.startswith("| cascade |"))
     assert cascade_row.rstrip(" |").endswith("| 2.0 | 4.0")
+    # Blended wholly into hybrid, the teacher gains nothing, so there is no share to keep.
+    kept = markdown.split("keeps of the default one's gain over hybrid")[1].split(
+        "\n## ", maxsplit=1
+    )[0]
+    assert "| hybrid-reranked | cascade-first |" in kept
+    assert "| hybrid-blended | cascade-first-blended | +0.0000 | +0.0000 | none to keep |" in kept
