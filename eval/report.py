@@ -431,8 +431,8 @@ def _kept(report: Mapping[str, Any]) -> ReportTable:
         header=["default reranker", "fast reranker", "default gain", "fast gain", "kept"],
         rows=rows,
         labels=2,
-        note=f"Macro {HEADLINE} minus {CASCADE_STAGE}'s, over the same candidates; kept: the fast "
-        "gain as a share of the default one.",
+        note=f"Macro {HEADLINE.upper()} minus {CASCADE_STAGE}'s, over the same candidates; "
+        "kept: the fast gain as a share of the default one.",
     )
 
 
