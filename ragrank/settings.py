@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,10 @@ PRESET_CPU_BACKENDS: dict[Preset, tuple[Backend, Backend]] = {
 }
 
 
+#: "e5" between the start or end of a name and a hyphen, underscore or dot.
+E5_NAME = re.compile(r"(?:^|[-_.])e5(?:[-_.]|$)")
+
+
 def default_prefixes(embed_model: str) -> tuple[str, str]:
     """The (query, passage) prefixes a model was trained with: those a local folder records
     as its sentence-transformers prompts (`ragrank finetune embedder` writes them), else role
@@ -94,7 +99,9 @@ def default_prefixes(embed_model: str) -> tuple[str, str]:
             prompts = {}
         if isinstance(prompts.get("query"), str) and isinstance(prompts.get("passage"), str):
             return prompts["query"], prompts["passage"]
-    if "e5" in embed_model.lower():
+    # "e5" as a word of the id or of a folder's name ("intfloat/multilingual-e5-small"), not
+    # any "e5" in a path: a checkout under "clone5" holds no e5 model.
+    if any(E5_NAME.search(part) for part in Path(embed_model.lower()).parts):
         return "query: ", "passage: "
     return "", ""
 

@@ -164,6 +164,22 @@ def test_mining_searches_as_exactly_as_asked(exact: bool):
     assert mining.systems == ("hybrid",)
 
 
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("intfloat/multilingual-e5-small", ("query: ", "passage: ")),
+        ("intfloat/e5-base-v2", ("query: ", "passage: ")),
+        ("/models/multilingual-e5-small-q4", ("query: ", "passage: ")),
+        ("/models/e5/model", ("query: ", "passage: ")),
+        ("/work/ci-clone5/all-MiniLM-L6-v2", ("", "")),
+        ("sentence-transformers/all-MiniLM-L6-v2", ("", "")),
+        ("BAAI/bge-small-e5x", ("", "")),
+    ],
+)
+def test_e5_prefixes_follow_the_models_name_not_any_e5_in_its_path(model, expected):
+    assert default_prefixes(model) == expected
+
+
 def test_a_model_folder_records_its_prefixes(tmp_path):
     folder = tmp_path / "my-tuned-model"
     folder.mkdir()
