@@ -34,7 +34,9 @@ from eval.systems import (
     BASELINE,
     BLEND_RERANKED,
     CASCADE_FIRST,
+    CASCADE_FIRST_BLENDED,
     CASCADE_STAGE,
+    LARGE_BLENDED,
     SYSTEMS,
 )
 
@@ -404,7 +406,7 @@ def _pairs(report: Mapping[str, Any]) -> ReportTable:
 #: alone, and each blended with their first stage.
 KEPT_PAIRS = (
     (BLEND_RERANKED, CASCADE_FIRST),
-    ("hybrid-blended", f"{CASCADE_FIRST}-blended"),
+    (LARGE_BLENDED, CASCADE_FIRST_BLENDED),
 )
 
 

@@ -228,7 +228,7 @@ def _cascade(system: System, inputs: SystemInputs) -> Run:
         else:
             inputs.extra_runs[name] = run
     if blend and CASCADE_FIRST in inputs.reranked:
-        name = f"{CASCADE_FIRST}-blended"
+        name = CASCADE_FIRST_BLENDED
         inputs.extra_runs[name] = blended_run(
             first, inputs.reranked[CASCADE_FIRST][1], candidates=options.candidates, blend=blend
         )
@@ -272,6 +272,9 @@ CASCADE_FIRST = "cascade-first"
 CASCADE_BLENDED = "cascade-blended"
 #: The reranked run the blend reorders (over the cascade's first stage, hybrid).
 BLEND_RERANKED = CASCADE_LARGE
+#: The large reranker's order and the fast one's alone, each blended with hybrid's.
+LARGE_BLENDED = "hybrid-blended"
+CASCADE_FIRST_BLENDED = f"{CASCADE_FIRST}-blended"
 
 #: Every system, each after the first stage it reorders.
 SYSTEMS: dict[str, System] = {
@@ -322,7 +325,7 @@ SYSTEMS: dict[str, System] = {
             default=False,
         ),
         System(
-            "hybrid-blended",
+            LARGE_BLENDED,
             "hybrid's top reranked, ordered by a blend of hybrid's order and the reranker's "
             "(--rerank-blend)",
             _blended,

@@ -171,7 +171,7 @@ def test_mining_searches_as_exactly_as_asked(exact: bool):
         ("intfloat/e5-base-v2", ("query: ", "passage: ")),
         ("/models/multilingual-e5-small-q4", ("query: ", "passage: ")),
         ("/models/e5/model", ("query: ", "passage: ")),
-        ("/work/ci-clone5/all-MiniLM-L6-v2", ("", "")),
+        ("/srv/ci-clone5/all-MiniLM-L6-v2", ("", "")),
         ("sentence-transformers/all-MiniLM-L6-v2", ("", "")),
         ("BAAI/bge-small-e5x", ("", "")),
     ],
