@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -376,23 +377,17 @@ def teacher_scores(
     lists: dict[str, list[str]], run: OpenedRun, options: FinetuneOptions
 ) -> dict[str, list[float]]:
     """The teacher's logit of every (query, document) to distil, kept in the run folder
-    (`teacher-scores.json`, each query's documents with their logits): a resumed run, or one
-    with more steps, scores only the queries whose candidates it has not scored yet."""
+    (`teacher-scores.json`, each query's documents with their logits): a resumed run, one with
+    more steps or one with more `--negatives` scores only the pairs it has not scored yet."""
     import json
 
     from sentence_transformers import CrossEncoder
 
     path = options.output / TEACHER_SCORES
-    stored: dict[str, dict[str, list[Any]]] = (
-        json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    )
-    # An entry without its documents (a bare list of logits, as earlier versions wrote) is
-    # scored again rather than trusted.
-    missing = {
-        qid: docs
-        for qid, docs in lists.items()
-        if not isinstance(stored.get(qid), dict) or stored[qid].get("documents") != docs
-    }
+    known = known_logits(json.loads(path.read_text(encoding="utf-8")) if path.exists() else {})
+    missing = [
+        (qid, doc_id) for qid, docs in lists.items() for doc_id in docs if doc_id not in known[qid]
+    ]
     if missing:
         teacher = load_model(
             RERANK.label,
@@ -401,19 +396,36 @@ def teacher_scores(
             lambda source: CrossEncoder(source, max_length=options.max_length, device=run.device),
         )
         texts = query_texts(run)
-        owners = [(qid, doc_id) for qid, docs in missing.items() for doc_id in docs]
         logits = teacher.predict(
-            [(texts[qid], run.texts[doc_id]) for qid, doc_id in owners],
+            [(texts[qid], run.texts[doc_id]) for qid, doc_id in missing],
             batch_size=options.batch_size * 4,
             show_progress_bar=options.progress,
             activation_fn=identity(),
         )
-        for qid, docs in missing.items():
-            stored[qid] = {"documents": docs, "logits": []}
-        for (qid, _), logit in zip(owners, logits.tolist(), strict=True):
-            stored[qid]["logits"].append(float(logit))
+        for (qid, doc_id), logit in zip(missing, logits.tolist(), strict=True):
+            known[qid][doc_id] = float(logit)
+        stored = {
+            qid: {"documents": list(by_doc), "logits": list(by_doc.values())}
+            for qid, by_doc in known.items()
+        }
         write_json(path, stored)
-    return {qid: [float(x) for x in stored[qid]["logits"]] for qid in lists}
+    return {qid: [known[qid][doc_id] for doc_id in docs] for qid, docs in lists.items()}
+
+
+def known_logits(stored: dict[str, Any]) -> defaultdict[str, dict[str, float]]:
+    """`teacher-scores.json`'s logits by query and document. An entry without its documents
+    (a bare list of logits, as earlier versions wrote) is dropped, to be scored again rather
+    than trusted."""
+    known: defaultdict[str, dict[str, float]] = defaultdict(dict)
+    for qid, entry in stored.items():
+        if isinstance(entry, dict) and len(entry.get("documents", ())) == len(
+            entry.get("logits", ())
+        ):
+            known[qid] = {
+                str(doc): float(logit)
+                for doc, logit in zip(entry["documents"], entry["logits"], strict=True)
+            }
+    return known
 
 
 def query_texts(run: OpenedRun) -> dict[str, str]:

@@ -215,3 +215,44 @@ def test_the_warmup_is_a_step_count_every_transformers_version_reads_alike(tmp_p
     capped = FinetuneOptions(dataset=SCIFACT, output=tmp_path, warmup_ratio=0.06, max_steps=50)
     assert training_arguments(capped, "cpu", 10_000)["warmup_steps"] == 3
     assert training_arguments(replace(capped, warmup_ratio=0.0), "cpu", 10)["warmup_steps"] == 0
+
+
+def test_a_run_with_more_negatives_has_the_teacher_score_only_the_new_pairs(tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from eval.finetune import reranker
+
+    asked: list[tuple[str, str]] = []
+
+    class Teacher:
+        def predict(self, pairs, **_):
+            asked.extend(pairs)
+            return np.array([float(len(q) + len(d)) for q, d in pairs])
+
+    monkeypatch.setattr(reranker, "load_model", lambda *_: Teacher())
+    run = SimpleNamespace(
+        dataset=SimpleNamespace(queries={"q1": "one", "q2": "two"}),
+        data=SimpleNamespace(unlabelled=None),
+        texts={doc: f"text {doc}" for doc in ("a", "b", "c", "d")},
+        device="cpu",
+    )
+    options = SimpleNamespace(
+        output=tmp_path, teacher=tmp_path, max_length=32, batch_size=2, progress=False
+    )
+    (tmp_path / reranker.TEACHER_SCORES).write_text(
+        json.dumps(
+            {
+                "q1": {"documents": ["a", "b"], "logits": [1.5, -2.0]},
+                "q2": [0.1, 0.2],  # an earlier version's bare list: scored again
+            }
+        )
+    )
+    scores = reranker.teacher_scores({"q1": ["a", "b", "c"], "q2": ["a", "d"]}, run, options)
+    assert sorted(asked) == [("one", "text c"), ("two", "text a"), ("two", "text d")]
+    assert scores == {"q1": [1.5, -2.0, 9.0], "q2": [9.0, 9.0]}
+    stored = json.loads((tmp_path / reranker.TEACHER_SCORES).read_text())
+    assert stored["q1"] == {"documents": ["a", "b", "c"], "logits": [1.5, -2.0, 9.0]}
+    asked.clear()
+    assert reranker.teacher_scores({"q1": ["c", "a"]}, run, options) == {"q1": [9.0, 1.5]}
+    assert asked == []
